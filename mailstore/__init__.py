@@ -1,0 +1,1 @@
+"""The storage plugin: the mail schema on HBase's data model, and mail semantics over it."""

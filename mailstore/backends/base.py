@@ -1,0 +1,169 @@
+"""The storage contract: a few key-value operations over HBase's data model.
+
+A backend holds *tables* of *rows*.  A row is addressed by a byte string (its key) and rows are
+kept sorted by that key, byte by byte (``memcmp`` order, as HBase does).  A row holds *cells*,
+addressed ``b"family:qualifier"``; families are fixed per table (see :mod:`mailstore.schema`),
+qualifiers are free.  Values are byte strings.  There is one version per cell.
+
+Everything the mail store does goes through the methods below, and nothing else.  The names
+follow happybase's ``Table`` so that the HBase backend is a thin shim.  Guarantees:
+
+* A single call that touches one row is atomic: readers see all of its cells change or none.
+  Calls that touch several rows (``mutate_rows``, ``delete_rows``) MAY apply row by row, as HBase
+  does; callers must order their writes so that any prefix of them is safe.
+* ``increment`` is atomic and returns the new value.  Counters are stored as HBase stores them:
+  8-byte big-endian two's-complement integers, so a counter written by one backend reads the same
+  through the other.
+* ``check_and_put`` is atomic with respect to every other write to the same row.  It puts exactly
+  one cell, because that is all HBase's Thrift1 gateway can do.
+* Scans are bounded: ``start`` inclusive, ``stop`` exclusive, in ascending key order whatever the
+  direction; ``reverse=True`` only walks that range from the top down.  A scan MAY see writes that
+  happen while it runs (HBase scans are not snapshots), but every row it returns is whole as of
+  some moment.
+
+Errors: a backend raises :class:`mailstore.errors.BackendUnavailable` when the store cannot be
+reached or fails; no other backend-specific exception escapes.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+
+Row = dict[bytes, bytes]
+"""The cells of one row, ``{b"family:qualifier": value}``."""
+
+Columns = Sequence[bytes] | None
+"""A column selection: ``None`` for every cell, else a list whose items are either a whole
+family (``b"m"`` or ``b"m:"``) or one cell (``b"m:size"``)."""
+
+
+class Mutation:
+    """One row's changes, applied atomically by :meth:`Backend.mutate_rows`.
+
+    ``puts`` maps full column names to values.  ``deletes`` lists full column names or whole
+    families (``b"f:"``) to remove.  ``delete_row`` removes every cell first; puts then apply.
+    """
+
+    __slots__ = ("row", "puts", "deletes", "delete_row")
+
+    def __init__(self, row: bytes, puts: Mapping[bytes, bytes] | None = None,
+                 deletes: Iterable[bytes] = (), delete_row: bool = False):
+        self.row = row
+        self.puts = dict(puts or {})
+        self.deletes = list(deletes)
+        self.delete_row = delete_row
+
+    def __repr__(self) -> str:
+        return (f"Mutation({self.row!r}, puts={sorted(self.puts)!r}, "
+                f"deletes={self.deletes!r}, delete_row={self.delete_row})")
+
+
+def encode_counter(value: int) -> bytes:
+    """A counter as HBase stores it: 8 bytes, big-endian, signed."""
+    return value.to_bytes(8, "big", signed=True)
+
+
+def decode_counter(raw: bytes | None) -> int:
+    """Read a counter cell; an absent cell counts as 0, as HBase's increment treats it."""
+    if raw is None:
+        return 0
+    if len(raw) != 8:
+        raise ValueError(f"counter cell holds {len(raw)} bytes, not 8")
+    return int.from_bytes(raw, "big", signed=True)
+
+
+def prefix_stop(prefix: bytes) -> bytes | None:
+    """The first key after every key that starts with ``prefix`` (``None``: end of table)."""
+    stripped = prefix.rstrip(b"\xff")
+    if not stripped:
+        return None
+    return stripped[:-1] + bytes([stripped[-1] + 1])
+
+
+class Table(abc.ABC):
+    """One table of a backend.  Obtained from :meth:`Backend.table`; cheap to hold."""
+
+    name: str
+
+    @abc.abstractmethod
+    def row(self, row: bytes, columns: Columns = None) -> Row:
+        """Return the selected cells of ``row``; an empty dict if the row or the cells are absent."""
+
+    @abc.abstractmethod
+    def rows(self, rows: Sequence[bytes], columns: Columns = None) -> list[tuple[bytes, Row]]:
+        """Fetch many rows in one round trip.
+
+        Returns ``(key, cells)`` pairs in the order of ``rows``, omitting rows that have no
+        selected cells.
+        """
+
+    @abc.abstractmethod
+    def scan(self, start: bytes | None = None, stop: bytes | None = None,
+             prefix: bytes | None = None, columns: Columns = None, limit: int | None = None,
+             reverse: bool = False, batch_size: int = 1000) -> Iterator[tuple[bytes, Row]]:
+        """Iterate over rows with ``start <= key < stop``, or rows whose key starts with ``prefix``.
+
+        ``prefix`` excludes ``start``/``stop``.  Rows come in ascending key order, or descending
+        with ``reverse=True``.  At most ``limit`` rows are returned.  Rows with none of the
+        selected columns are skipped.  ``batch_size`` is the number of rows fetched per round
+        trip.  Leaving both ends open is refused: every scan in the mail store is bounded.
+        """
+
+    @abc.abstractmethod
+    def put(self, row: bytes, data: Mapping[bytes, bytes]) -> None:
+        """Set the given cells of one row, atomically."""
+
+    @abc.abstractmethod
+    def delete(self, row: bytes, columns: Columns = None) -> None:
+        """Delete the selected cells of one row (every cell when ``columns`` is ``None``)."""
+
+    @abc.abstractmethod
+    def mutate_rows(self, mutations: Sequence[Mutation]) -> None:
+        """Apply several rows' mutations in one round trip; each row atomically, in order."""
+
+    @abc.abstractmethod
+    def increment(self, row: bytes, column: bytes, delta: int = 1) -> int:
+        """Add ``delta`` to a counter cell (absent counts as 0) and return the new value."""
+
+    @abc.abstractmethod
+    def increment_many(self, row: bytes, deltas: Mapping[bytes, int]) -> None:
+        """Add to several counters of one row in one round trip; no values are returned.
+
+        Each counter is changed atomically, but the set of them MAY be seen half-applied.
+        """
+
+    @abc.abstractmethod
+    def check_and_put(self, row: bytes, column: bytes, expected: bytes | None,
+                      put_column: bytes, value: bytes) -> bool:
+        """Put one cell if ``column`` currently holds ``expected``.
+
+        ``expected=None`` means the cell must be absent.  Cells checked for absence must never be
+        stored empty: HBase does not tell an empty value from a missing one.  Returns whether the
+        put happened.
+        """
+
+
+class Backend(abc.ABC):
+    """A store of tables, chosen by name from the configuration (see :func:`open_backend`)."""
+
+    name: str
+
+    @abc.abstractmethod
+    def table(self, name: str) -> Table:
+        """The table called ``name`` (without any configured prefix); it must exist."""
+
+    @abc.abstractmethod
+    def create_table(self, name: str, families: Mapping[str, Mapping[str, object]]) -> bool:
+        """Create a table with the given column families; return False if it already existed."""
+
+    @abc.abstractmethod
+    def tables(self) -> list[str]:
+        """Names of the existing tables, without the configured prefix, sorted."""
+
+    @abc.abstractmethod
+    def delete_table(self, name: str) -> None:
+        """Drop a table and everything in it (used by tests and by nothing else)."""
+
+    def close(self) -> None:
+        """Release connections and files.  The backend must not be used afterwards."""

@@ -1,0 +1,318 @@
+"""The embedded backend: HBase's data model in one on-disk SQLite database.
+
+Why SQLite: it is a real embedded database in Python's standard library (nothing to install for
+``make run``), crash-safe through its write-ahead log, and safe for several server processes on
+one machine through its file locks.  Each HBase table becomes one SQL table of cells,
+``(row BLOB, col BLOB, val BLOB)`` with primary key ``(row, col)`` and no rowid, so cells are
+stored clustered by row key.  SQLite compares BLOBs with ``memcmp``, which is exactly HBase's
+row ordering, so bounded scans are index range scans in the same order HBase returns them.
+
+Atomicity: every call runs in one SQLite transaction (``BEGIN IMMEDIATE`` for writes, so two
+processes never deadlock upgrading a read lock), which is at least as strong as HBase's per-row
+atomicity.  Durability: ``synchronous=FULL`` by default, so a call that returned has survived a
+power cut; ``NORMAL`` survives a crash of the process (SIGKILL) but not of the machine.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import threading
+from collections.abc import Iterator, Mapping, Sequence
+
+from ..errors import BackendUnavailable
+from .base import Backend, Columns, Mutation, Row, Table, decode_counter, encode_counter, prefix_stop
+
+_SYNC_MODES = ("OFF", "NORMAL", "FULL", "EXTRA")
+
+
+def _family_bounds(family: bytes) -> tuple[bytes, bytes]:
+    """Cells of a family sort between ``b"fam:"`` and ``b"fam;"`` (``;`` follows ``:``)."""
+    family = family.rstrip(b":")
+    return family + b":", family + b";"
+
+
+def _column_filter(columns: Columns) -> tuple[str, list[bytes]]:
+    """An SQL condition on ``col`` for a column selection, and its parameters."""
+    if columns is None:
+        return "", []
+    terms, params = [], []
+    for column in columns:
+        if b":" not in column or column.endswith(b":"):
+            low, high = _family_bounds(column)
+            terms.append("(col >= ? AND col < ?)")
+            params += [low, high]
+        else:
+            terms.append("col = ?")
+            params.append(column)
+    if not terms:
+        return " AND 0", []
+    return " AND (" + " OR ".join(terms) + ")", params
+
+
+class EmbeddedTable(Table):
+    def __init__(self, backend: EmbeddedBackend, name: str):
+        self.backend = backend
+        self.name = name
+        self._sql = '"t_' + name + '"'
+
+    # -- reads ------------------------------------------------------------------------------
+
+    def row(self, row: bytes, columns: Columns = None) -> Row:
+        where, params = _column_filter(columns)
+        cur = self.backend._read(
+            f"SELECT col, val FROM {self._sql} WHERE row = ?{where}", [row, *params])
+        return {col: val for col, val in cur}
+
+    def rows(self, rows: Sequence[bytes], columns: Columns = None) -> list[tuple[bytes, Row]]:
+        found: dict[bytes, Row] = {}
+        where, params = _column_filter(columns)
+        # One statement per 500 keys keeps us under SQLite's bound-parameter limit.
+        for i in range(0, len(rows), 500):
+            keys = list(rows[i:i + 500])
+            marks = ",".join("?" * len(keys))
+            cur = self.backend._read(
+                f"SELECT row, col, val FROM {self._sql} WHERE row IN ({marks}){where}",
+                [*keys, *params])
+            for key, col, val in cur:
+                found.setdefault(key, {})[col] = val
+        return [(key, found[key]) for key in rows if key in found]
+
+    def scan(self, start: bytes | None = None, stop: bytes | None = None,
+             prefix: bytes | None = None, columns: Columns = None, limit: int | None = None,
+             reverse: bool = False, batch_size: int = 1000) -> Iterator[tuple[bytes, Row]]:
+        if prefix is not None:
+            if start is not None or stop is not None:
+                raise ValueError("scan takes either prefix or start/stop, not both")
+            start, stop = prefix, prefix_stop(prefix)
+        if start is None and stop is None:
+            raise ValueError("unbounded scan refused: give start, stop or prefix")
+        if limit is not None and limit <= 0:
+            return
+        where, params = _column_filter(columns)
+        # Cells are read in pages, each its own short read transaction, so a long scan never
+        # holds a snapshot open (which would stop the WAL from being checkpointed).  A page ends
+        # at a cell, not a row; the next page resumes after that (row, col).
+        page_cells = max(batch_size, 1) * 8
+        low = start if start is not None else b""
+        high = stop
+        cursor_key: tuple[bytes, bytes] | None = None
+        current_key: bytes | None = None
+        current: Row = {}
+        emitted = 0
+        order = "DESC" if reverse else "ASC"
+        while True:
+            conds, args = ["row >= ?"], [low]
+            if high is not None:
+                conds.append("row < ?")
+                args.append(high)
+            if cursor_key is not None:
+                conds.append("(row, col) < (?, ?)" if reverse else "(row, col) > (?, ?)")
+                args += list(cursor_key)
+            sql = (f"SELECT row, col, val FROM {self._sql} WHERE {' AND '.join(conds)}{where} "
+                   f"ORDER BY row {order}, col {order} LIMIT ?")
+            page = self.backend._read(sql, [*args, *params, page_cells]).fetchall()
+            for key, col, val in page:
+                if key != current_key:
+                    if current_key is not None:
+                        yield current_key, current
+                        emitted += 1
+                        if limit is not None and emitted >= limit:
+                            return
+                    current_key, current = key, {}
+                current[col] = val
+            if len(page) < page_cells:
+                break
+            cursor_key = (page[-1][0], page[-1][1])
+        if current_key is not None:
+            yield current_key, current
+
+    # -- writes -----------------------------------------------------------------------------
+
+    def put(self, row: bytes, data: Mapping[bytes, bytes]) -> None:
+        self.mutate_rows([Mutation(row, puts=data)])
+
+    def delete(self, row: bytes, columns: Columns = None) -> None:
+        if columns is None:
+            self.mutate_rows([Mutation(row, delete_row=True)])
+        else:
+            self.mutate_rows([Mutation(row, deletes=columns)])
+
+    def mutate_rows(self, mutations: Sequence[Mutation]) -> None:
+        with self.backend._write() as db:
+            for m in mutations:
+                self._apply(db, m)
+
+    def _apply(self, db: sqlite3.Connection, m: Mutation) -> None:
+        if m.delete_row:
+            db.execute(f"DELETE FROM {self._sql} WHERE row = ?", (m.row,))
+        for column in m.deletes:
+            if column.endswith(b":") or b":" not in column:
+                low, high = _family_bounds(column)
+                db.execute(f"DELETE FROM {self._sql} WHERE row = ? AND col >= ? AND col < ?",
+                           (m.row, low, high))
+            else:
+                db.execute(f"DELETE FROM {self._sql} WHERE row = ? AND col = ?", (m.row, column))
+        if m.puts:
+            db.executemany(f"INSERT OR REPLACE INTO {self._sql} (row, col, val) VALUES (?, ?, ?)",
+                           [(m.row, col, bytes(val)) for col, val in m.puts.items()])
+
+    def increment(self, row: bytes, column: bytes, delta: int = 1) -> int:
+        with self.backend._write() as db:
+            return self._increment(db, row, column, delta)
+
+    def increment_many(self, row: bytes, deltas: Mapping[bytes, int]) -> None:
+        with self.backend._write() as db:
+            for column, delta in deltas.items():
+                self._increment(db, row, column, delta)
+
+    def _increment(self, db: sqlite3.Connection, row: bytes, column: bytes, delta: int) -> int:
+        found = db.execute(f"SELECT val FROM {self._sql} WHERE row = ? AND col = ?",
+                           (row, column)).fetchone()
+        value = decode_counter(found[0] if found else None) + delta
+        db.execute(f"INSERT OR REPLACE INTO {self._sql} (row, col, val) VALUES (?, ?, ?)",
+                   (row, column, encode_counter(value)))
+        return value
+
+    def check_and_put(self, row: bytes, column: bytes, expected: bytes | None,
+                      put_column: bytes, value: bytes) -> bool:
+        with self.backend._write() as db:
+            found = db.execute(f"SELECT val FROM {self._sql} WHERE row = ? AND col = ?",
+                               (row, column)).fetchone()
+            # HBase treats an empty expected value as "absent"; so do we.
+            current = found[0] if found else None
+            if expected == b"":
+                expected = None
+            if current != expected:
+                return False
+            db.execute(f"INSERT OR REPLACE INTO {self._sql} (row, col, val) VALUES (?, ?, ?)",
+                       (row, put_column, bytes(value)))
+            return True
+
+
+class _WriteTxn:
+    def __init__(self, db: sqlite3.Connection):
+        self.db = db
+
+    def __enter__(self) -> sqlite3.Connection:
+        self.db.execute("BEGIN IMMEDIATE")
+        return self.db
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is None:
+            self.db.execute("COMMIT")
+        else:
+            self.db.execute("ROLLBACK")
+
+
+class EmbeddedBackend(Backend):
+    """HBase's data model in ``<data_dir>/store.sqlite3``.
+
+    ``data_dir`` is created if missing.  ``synchronous`` is SQLite's durability level (FULL or
+    NORMAL).  ``busy_timeout`` is how long, in seconds, a writer waits for another process's
+    write to finish before reporting the backend unavailable.
+    """
+
+    name = "embedded"
+
+    def __init__(self, data_dir: str, synchronous: str = "FULL", busy_timeout: float = 30.0,
+                 **_ignored: object):
+        if str(synchronous).upper() not in _SYNC_MODES:
+            raise ValueError(f"synchronous must be one of {', '.join(_SYNC_MODES)}")
+        os.makedirs(data_dir, exist_ok=True)
+        self.path = os.path.join(data_dir, "store.sqlite3")
+        self.synchronous = str(synchronous).upper()
+        self.busy_timeout = float(busy_timeout)
+        self._local = threading.local()
+        self._all: list[sqlite3.Connection] = []
+        self._all_lock = threading.Lock()
+        # The first connection is made immediately so that a bad path or a locked file is
+        # reported at start-up, not at the first mail.
+        db = self._db()
+        db.execute("CREATE TABLE IF NOT EXISTS _families (tbl TEXT, family TEXT, options TEXT, "
+                   "PRIMARY KEY (tbl, family)) WITHOUT ROWID")
+
+    def _db(self) -> sqlite3.Connection:
+        # sqlite3 connections must not be shared between threads; each thread gets its own.
+        db = getattr(self._local, "db", None)
+        if db is None:
+            try:
+                db = sqlite3.connect(self.path, timeout=self.busy_timeout,
+                                     isolation_level=None, check_same_thread=False)
+                db.execute("PRAGMA journal_mode=WAL")
+                db.execute(f"PRAGMA synchronous={self.synchronous}")
+            except sqlite3.Error as exc:
+                raise BackendUnavailable(f"cannot open {self.path}: {exc}") from exc
+            self._local.db = db
+            with self._all_lock:
+                self._all.append(db)
+        return db
+
+    def _read(self, sql: str, params: Sequence[object]) -> sqlite3.Cursor:
+        try:
+            return self._db().execute(sql, params)
+        except sqlite3.OperationalError as exc:
+            raise BackendUnavailable(f"embedded store: {exc}") from exc
+
+    def _write(self) -> _Guarded:
+        return _Guarded(self._db())
+
+    def table(self, name: str) -> Table:
+        return EmbeddedTable(self, name)
+
+    def create_table(self, name: str, families: Mapping[str, Mapping[str, object]]) -> bool:
+        if not name.replace("_", "").isalnum():
+            raise ValueError(f"bad table name {name!r}")
+        import json
+        with self._write() as db:
+            exists = db.execute("SELECT 1 FROM _families WHERE tbl = ?", (name,)).fetchone()
+            if exists:
+                return False
+            db.execute(f'CREATE TABLE "t_{name}" (row BLOB NOT NULL, col BLOB NOT NULL, '
+                       "val BLOB NOT NULL, PRIMARY KEY (row, col)) WITHOUT ROWID")
+            db.executemany("INSERT INTO _families VALUES (?, ?, ?)",
+                           [(name, fam, json.dumps(dict(opts), sort_keys=True))
+                            for fam, opts in families.items()])
+            return True
+
+    def tables(self) -> list[str]:
+        cur = self._read("SELECT DISTINCT tbl FROM _families ORDER BY tbl", [])
+        return [r[0] for r in cur]
+
+    def families(self, name: str) -> dict[str, dict]:
+        import json
+        cur = self._read("SELECT family, options FROM _families WHERE tbl = ?", [name])
+        return {fam: json.loads(opts) for fam, opts in cur}
+
+    def delete_table(self, name: str) -> None:
+        with self._write() as db:
+            db.execute(f'DROP TABLE IF EXISTS "t_{name}"')
+            db.execute("DELETE FROM _families WHERE tbl = ?", (name,))
+
+    def close(self) -> None:
+        with self._all_lock:
+            for db in self._all:
+                try:
+                    db.close()
+                except sqlite3.Error:
+                    pass
+            self._all.clear()
+        self._local = threading.local()
+
+
+class _Guarded(_WriteTxn):
+    """A write transaction whose SQLite failures surface as :class:`BackendUnavailable`."""
+
+    def __enter__(self) -> sqlite3.Connection:
+        try:
+            return super().__enter__()
+        except sqlite3.OperationalError as exc:
+            raise BackendUnavailable(f"embedded store: {exc}") from exc
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        try:
+            super().__exit__(exc_type, exc, tb)
+        except sqlite3.OperationalError as commit_exc:
+            raise BackendUnavailable(f"embedded store: {commit_exc}") from commit_exc
+        if isinstance(exc, sqlite3.OperationalError):
+            raise BackendUnavailable(f"embedded store: {exc}") from exc

@@ -1,0 +1,117 @@
+"""Configuration: one INI file (conf/imapserver.conf), every key declared and checked here.
+
+A wrong or unknown setting stops start-up with a message naming it: a typo in a config file
+must never silently fall back to a default.  Command-line flags override the file.
+"""
+
+from __future__ import annotations
+
+import configparser
+import os
+from dataclasses import dataclass
+from typing import Any
+
+from .content import DEFAULT_CHUNK, check_chunk_size
+
+
+class ConfigError(ValueError):
+    """A setting that is unknown or has a bad value; the message names it."""
+
+
+def _bool(text: str) -> bool:
+    low = text.strip().lower()
+    if low in ("1", "yes", "true", "on"):
+        return True
+    if low in ("0", "no", "false", "off"):
+        return False
+    raise ValueError("expected yes or no")
+
+
+def _choice(*allowed: str):
+    def parse(text: str) -> str:
+        if text not in allowed:
+            raise ValueError(f"expected one of {', '.join(allowed)}")
+        return text
+    return parse
+
+
+@dataclass(frozen=True)
+class Key:
+    parse: Any
+    default: Any
+
+
+# section -> key -> Key.  conf/imapserver.conf documents each one; a test checks they agree.
+SCHEMA: dict[str, dict[str, Key]] = {
+    "store": {
+        "backend": Key(_choice("embedded", "hbase"), "embedded"),
+        "data_dir": Key(str, "data"),
+        "synchronous": Key(_choice("FULL", "NORMAL"), "FULL"),
+        "chunk_size": Key(lambda t: check_chunk_size(int(t)), DEFAULT_CHUNK),
+        "read_ahead": Key(int, 4),
+        "max_message_size": Key(int, 64 * 1024 * 1024),
+        "abandon_after": Key(float, 10.0),
+        "intent_timeout": Key(float, 60.0),
+    },
+    "hbase": {
+        "host": Key(str, "localhost"),
+        "port": Key(int, 9090),
+        "transport": Key(_choice("buffered", "framed"), "buffered"),
+        "protocol": Key(_choice("binary", "compact"), "binary"),
+        "table_prefix": Key(str, ""),
+        "pool_size": Key(int, 10),
+        "timeout_ms": Key(int, 30000),
+    },
+}
+
+
+class Config:
+    """Parsed settings: ``config["store"]["backend"]``."""
+
+    def __init__(self, values: dict[str, dict[str, Any]]):
+        self.values = values
+
+    def __getitem__(self, section: str) -> dict[str, Any]:
+        return self.values[section]
+
+    def backend_options(self) -> tuple[str, dict[str, Any]]:
+        store = self.values["store"]
+        if store["backend"] == "embedded":
+            return "embedded", {"data_dir": store["data_dir"],
+                                "synchronous": store["synchronous"]}
+        return "hbase", dict(self.values["hbase"])
+
+    def store_options(self) -> dict[str, Any]:
+        store = self.values["store"]
+        return {k: store[k] for k in ("chunk_size", "read_ahead", "max_message_size",
+                                      "abandon_after", "intent_timeout")}
+
+
+def load(path: str | None = None, overrides: dict[str, dict[str, Any]] | None = None) -> Config:
+    """Read ``path`` (if given), apply ``overrides`` (already typed), check every key."""
+    values = {section: {k: key.default for k, key in keys.items()}
+              for section, keys in SCHEMA.items()}
+    if path is not None:
+        if not os.path.exists(path):
+            raise ConfigError(f"config file not found: {path}")
+        parser = configparser.ConfigParser(interpolation=None)
+        try:
+            parser.read(path, encoding="utf-8")
+        except configparser.Error as exc:
+            raise ConfigError(f"{path}: {exc}") from exc
+        for section in parser.sections():
+            if section not in SCHEMA:
+                raise ConfigError(f"{path}: unknown section [{section}]")
+            for name, text in parser.items(section):
+                if name not in SCHEMA[section]:
+                    raise ConfigError(f"{path}: unknown setting {section}.{name}")
+                try:
+                    values[section][name] = SCHEMA[section][name].parse(text)
+                except ValueError as exc:
+                    raise ConfigError(f"{path}: bad value for {section}.{name}: {text!r} "
+                                      f"({exc})") from exc
+    for section, items in (overrides or {}).items():
+        for name, value in items.items():
+            if value is not None:
+                values[section][name] = value
+    return Config(values)

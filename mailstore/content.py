@@ -1,0 +1,240 @@
+"""Message content in numbered-column chunks, behind streaming file-like wrappers.
+
+A message's bytes live in one row of ``JAMES_CONTENT``: cells ``c:1``, ``c:2``, ... of at most
+``chunk_size`` bytes each, ``m:info`` (size, chunk count, chunk size) and ``r:refs`` (how many
+message rows point here).  Apache James kept 1 KiB chunks and made one round trip per chunk, and
+its reader returned byte 0xFF as end-of-stream; here a chunk is 64 KiB to 1 MiB (default 256 KiB,
+see docs/decisions/0002-chunk-size.md), a read fetches every chunk it needs in one ``get``, and
+the reader works on ``bytes`` objects, never on signed bytes.
+
+Ordering: the chunks and ``m:info`` are written before any message row refers to the content,
+so a message can never be seen without its content.  ``m:info`` is written last, with the final
+chunk, so content without it was never finished (fsck removes it).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import time
+from collections.abc import Callable
+
+from .backends.base import Table, decode_counter, encode_counter
+from .keys import new_id
+
+MIN_CHUNK = 64 * 1024
+MAX_CHUNK = 1024 * 1024
+DEFAULT_CHUNK = 256 * 1024
+INFO = b"m:info"
+STARTED = b"m:t"
+REFS = b"r:refs"
+
+
+def chunk_column(index: int) -> bytes:
+    """Column of chunk ``index`` (1-based, decimal, as Apache James named them)."""
+    return b"c:%d" % index
+
+
+def check_chunk_size(size: int) -> int:
+    if not MIN_CHUNK <= size <= MAX_CHUNK:
+        raise ValueError(f"chunk size must be between {MIN_CHUNK} and {MAX_CHUNK} bytes")
+    return size
+
+
+class ChunkWriter(io.RawIOBase):
+    """Write a message's bytes; full chunks are put as the buffer fills.
+
+    Call :meth:`commit` to finish and obtain the content id; until then nothing refers to the
+    row.  :meth:`abort` removes what was written.  Memory use is at most one chunk.
+    """
+
+    def __init__(self, table: Table, chunk_size: int, refs: int, clock: Callable[[], float]):
+        super().__init__()
+        self.table = table
+        self.chunk_size = chunk_size
+        self.refs = refs
+        self.content_id = new_id()
+        self.size = 0
+        self._clock = clock
+        self._buffer = bytearray()
+        self._chunks = 0
+        self._committed = False
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, data) -> int:  # type: ignore[override]
+        if self._committed:
+            raise ValueError("write to committed content")
+        view = memoryview(data).cast("B")
+        self._buffer += view
+        self.size += len(view)
+        # Strictly greater: a last full chunk stays buffered until more data or commit, so
+        # commit can put it together with m:info (one round trip for most messages).
+        while len(self._buffer) > self.chunk_size:
+            self._put_chunk(bytes(self._buffer[:self.chunk_size]))
+            del self._buffer[:self.chunk_size]
+        return len(view)
+
+    def _put_chunk(self, data: bytes, extra: dict[bytes, bytes] | None = None) -> None:
+        self._chunks += 1
+        cells = {chunk_column(self._chunks): data}
+        if self._chunks == 1:
+            cells[STARTED] = encode_counter(int(self._clock()))
+        if extra:
+            cells.update(extra)
+        self.table.put(self.content_id, cells)
+
+    def commit(self) -> bytes:
+        """Write the last chunk with the content's info and reference count; return its id."""
+        if self._committed:
+            return self.content_id
+        info = json.dumps({"size": self.size, "chunks": self._chunks + (1 if self._buffer else 0),
+                           "chunk_size": self.chunk_size}).encode()
+        extra = {INFO: info, REFS: encode_counter(self.refs)}
+        if self._buffer:
+            self._put_chunk(bytes(self._buffer), extra)
+        elif self._chunks == 0:  # empty content: no chunk at all
+            self.table.put(self.content_id, {STARTED: encode_counter(int(self._clock())), **extra})
+        else:
+            self.table.put(self.content_id, extra)
+        self._buffer = bytearray()
+        self._committed = True
+        return self.content_id
+
+    def abort(self) -> None:
+        """Forget the content: remove every chunk written so far."""
+        self._buffer = bytearray()
+        if self._chunks or self._committed:
+            self.table.delete(self.content_id)
+        self._committed = True
+
+
+class ChunkReader(io.RawIOBase):
+    """A seekable reader over one content row that fetches only the chunks a read needs.
+
+    ``read_ahead`` chunks are fetched per round trip when reading sequentially; a partial read
+    at an offset fetches just the chunks that overlap it.  At most ``read_ahead`` chunks are held
+    in memory.
+    """
+
+    def __init__(self, table: Table, content_id: bytes, size: int, chunk_size: int,
+                 read_ahead: int = 4):
+        super().__init__()
+        self.table = table
+        self.content_id = content_id
+        self.size = size
+        self.chunk_size = chunk_size
+        self.read_ahead = max(1, read_ahead)
+        self._pos = 0
+        self._cache: dict[int, bytes] = {}
+        self._last_end = -1
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self._pos
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        if whence == io.SEEK_SET:
+            pos = offset
+        elif whence == io.SEEK_CUR:
+            pos = self._pos + offset
+        elif whence == io.SEEK_END:
+            pos = self.size + offset
+        else:
+            raise ValueError(f"bad whence {whence}")
+        if pos < 0:
+            raise ValueError("negative seek position")
+        self._pos = pos
+        return pos
+
+    def readinto(self, buffer) -> int:  # type: ignore[override]
+        data = self.read(len(buffer))
+        memoryview(buffer).cast("B")[:len(data)] = data
+        return len(data)
+
+    def read(self, size: int = -1) -> bytes:  # type: ignore[override]
+        if self._pos >= self.size:
+            return b""
+        end = self.size if size is None or size < 0 else min(self.size, self._pos + size)
+        if end <= self._pos:
+            return b""
+        first = self._pos // self.chunk_size + 1
+        last = (end - 1) // self.chunk_size + 1
+        self._fetch(first, last, sequential=(self._pos == self._last_end))
+        out = bytearray()
+        for index in range(first, last + 1):
+            chunk = self._cache[index]
+            base = (index - 1) * self.chunk_size
+            out += chunk[max(self._pos, base) - base:min(end, base + len(chunk)) - base]
+        self._pos = end
+        self._last_end = end
+        return bytes(out)
+
+    def readall(self) -> bytes:
+        return self.read(-1)
+
+    def _fetch(self, first: int, last: int, sequential: bool) -> None:
+        missing = [i for i in range(first, last + 1) if i not in self._cache]
+        if not missing:
+            return
+        total = (self.size + self.chunk_size - 1) // self.chunk_size
+        want = list(range(missing[0], last + 1))
+        if sequential and len(want) < self.read_ahead:
+            want = list(range(missing[0], min(total, missing[0] + self.read_ahead - 1) + 1))
+        # Drop what this read does not need, so memory stays at a few chunks.
+        self._cache = {i: c for i, c in self._cache.items() if first <= i <= last}
+        cells = self.table.row(self.content_id, [chunk_column(i) for i in want])
+        for i in want:
+            chunk = cells.get(chunk_column(i))
+            if chunk is None:
+                raise OSError(f"content {self.content_id.hex()} lacks chunk {i}")
+            self._cache[i] = chunk
+
+
+class ContentStore:
+    """Writes, reads and reference-counts content rows."""
+
+    def __init__(self, table: Table, chunk_size: int = DEFAULT_CHUNK, read_ahead: int = 4,
+                 clock: Callable[[], float] = time.time):
+        self.table = table
+        self.chunk_size = check_chunk_size(chunk_size)
+        self.read_ahead = read_ahead
+        self.clock = clock
+
+    def writer(self, refs: int = 1) -> ChunkWriter:
+        """A writer for new content that ``refs`` message rows will point to."""
+        return ChunkWriter(self.table, self.chunk_size, refs, self.clock)
+
+    def open(self, content_id: bytes, size: int, chunk_size: int) -> ChunkReader:
+        return ChunkReader(self.table, content_id, size, chunk_size, self.read_ahead)
+
+    def info(self, content_id: bytes) -> dict | None:
+        raw = self.table.row(content_id, [INFO]).get(INFO)
+        return json.loads(raw) if raw else None
+
+    def incref(self, content_id: bytes) -> bool:
+        """Add a reference for a new copy.  False if the content was already being freed.
+
+        A result of 1 means the count had reached 0 (the last message was expunged and the row
+        is being deleted): the copy must not go ahead.  The reference just taken is dropped again.
+        """
+        if self.table.increment(content_id, REFS, 1) > 1:
+            return True
+        self.decref(content_id)
+        return False
+
+    def decref(self, content_id: bytes, count: int = 1) -> int:
+        """Drop references; free the content when none is left.  Returns the remaining count."""
+        left = self.table.increment(content_id, REFS, -count)
+        if left <= 0:
+            self.table.delete(content_id)
+        return left
+
+    def refs(self, content_id: bytes) -> int:
+        return decode_counter(self.table.row(content_id, [REFS]).get(REFS))

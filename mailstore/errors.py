@@ -1,0 +1,38 @@
+"""The mail store's error taxonomy.
+
+These are domain errors: they say what went wrong in mail terms and carry no protocol codes.
+Only the protocol edges (``imapserver``) turn them into IMAP ``NO``/``BAD`` responses or SMTP
+replies, and ``mailadmin`` into messages and exit codes.
+"""
+
+
+class MailStoreError(Exception):
+    """Base of every error the mail store raises on purpose."""
+
+
+class NotFound(MailStoreError):
+    """A user, mailbox or message that does not exist (or is not visible to the caller)."""
+
+
+class AlreadyExists(MailStoreError):
+    """A user or mailbox name that is already taken."""
+
+
+class InvalidName(MailStoreError):
+    """A user or mailbox name that the store refuses (empty, bad characters, too long, ...)."""
+
+
+class TooLarge(MailStoreError):
+    """A message over the configured size limit."""
+
+
+class OverQuota(MailStoreError):
+    """The change would take a user over their storage or message quota."""
+
+
+class Conflict(MailStoreError):
+    """A concurrent change won a race that could not be retried (the caller may try again)."""
+
+
+class BackendUnavailable(MailStoreError):
+    """The storage backend cannot be reached or failed; nothing was committed by this call."""

@@ -1,0 +1,247 @@
+"""fsck: check the store's denormalised data against the rows, and repair it.
+
+What is checked (docs/decisions/0004-counters-and-fsck.md):
+
+* unfinished moves and expunges (intents): rolled forward;
+* mailboxes left half-deleted, mailbox rows no index row reaches, stale index rows;
+* per mailbox: message, unseen and size counters against the rows; the UID counter against the
+  highest UID; the watermark against UIDs left in flight; rows in odd states;
+* content: reference counts against the message rows that point to each content row, content
+  never finished, content no message refers to;
+* per user: usage counters against the sum over their mailboxes.
+
+Counters are repaired by incrementing them by the difference, never by overwriting them, so a
+repair racing with live traffic cannot erase a concurrent change.  The content reference check
+needs a quiet store to be exact: run ``fsck --repair`` when no delivery is in flight.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+
+from . import keys
+from .backends.base import Mutation, decode_counter
+from .content import INFO, REFS, STARTED
+from .mailboxes import COUNT, DELETING, LIVE, SIZE, UID, UNSEEN, VISIBLE, Mailbox
+from .messages import BODY, ENVELOPE, FLAGS, HEADER, STATE
+from .records import ABANDONED, COMMITTED, MOVING, Flags, MessageRecord, state_of, with_state
+from .store import MailStore, purge_mailbox_messages
+from .users import USED_BYTES, USED_MESSAGES
+
+UNFINISHED_CONTENT_AGE = 3600
+"""Seconds after which content without ``m:info`` is taken as abandoned by a dead writer."""
+
+
+@dataclass
+class Problem:
+    kind: str
+    where: str
+    detail: str
+    repaired: bool = False
+
+    def as_dict(self) -> dict:
+        return {"kind": self.kind, "where": self.where, "detail": self.detail,
+                "repaired": self.repaired}
+
+
+@dataclass
+class Report:
+    problems: list[Problem] = field(default_factory=list)
+    checked: Counter = field(default_factory=Counter)
+
+    def add(self, kind: str, where: str, detail: str, repaired: bool) -> None:
+        self.problems.append(Problem(kind, where, detail, repaired))
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+
+class Fsck:
+    def __init__(self, store: MailStore, repair: bool = False, progress=None):
+        self.store = store
+        self.repair = repair
+        self.report = Report()
+        self.progress = progress or (lambda text: None)
+        self.refs: Counter[bytes] = Counter()
+
+    def run(self, user: str | None = None) -> Report:
+        users = [self.store.users.get(user)] if user else self.store.users.list()
+        for account in users:
+            self.progress(f"checking user {account.name}")
+            self.check_user(account.name)
+        if user is None:
+            self.check_orphan_mailboxes()
+            self.check_content()
+        return self.report
+
+    # -- users and mailboxes -------------------------------------------------------------------
+
+    def check_user(self, user: str) -> None:
+        store = self.store
+        self.check_index(user)
+        total_bytes = total_messages = 0
+        for mailbox in store.mailboxes.list(user):
+            self.report.checked["mailboxes"] += 1
+            if store.transfers.pending(mailbox.id):
+                if self.repair:
+                    done = store.transfers.recover(mailbox.id, max_age=0)
+                    self.report.add("intent", mailbox.name,
+                                    f"{done} unfinished move/expunge rolled forward", True)
+                else:
+                    self.report.add("intent", mailbox.name, "unfinished move/expunge", False)
+            count, size = self.check_mailbox(user, mailbox)
+            total_bytes += size
+            total_messages += count
+        row = store.users.table.row(keys.user_key(user))
+        for col, actual, label in ((USED_BYTES, total_bytes, "bytes"),
+                                   (USED_MESSAGES, total_messages, "messages")):
+            recorded = decode_counter(row.get(col))
+            if recorded != actual:
+                if self.repair:
+                    store.users.table.increment(keys.user_key(user), col, actual - recorded)
+                self.report.add("usage", user, f"{label} counter {recorded}, actual {actual}",
+                                self.repair)
+
+    def check_index(self, user: str) -> None:
+        index = self.store.mailboxes.index
+        for key, cells in index.scan(prefix=keys.user_index_prefix(user)):
+            name = keys.index_key_name(key)
+            row = self.store.mailboxes.rows.row(cells.get(b"i:id", b""), [b"m"])
+            if row.get(b"m:state") != LIVE or row.get(b"m:name", b"").decode() != name \
+                    or row.get(b"m:owner", b"").decode() != user:
+                if self.repair:
+                    index.delete(key)
+                self.report.add("index", f"{user}:{name}", "index row points nowhere",
+                                self.repair)
+
+    def check_mailbox(self, user: str, mailbox: Mailbox) -> tuple[int, int]:
+        """Check one mailbox's rows and counters; return its (messages, bytes)."""
+        store = self.store
+        table = store.messages.table
+        counters = store.mailboxes.counters(mailbox.id)
+        where = f"{user}:{mailbox.name}"
+        count = unseen = size = highest = 0
+        start, stop = keys.message_range(mailbox.id)
+        for key, row in table.scan(start=start, stop=stop, columns=[STATE, FLAGS],
+                                   batch_size=2000):
+            uid = keys.message_key_uid(key)
+            highest = max(highest, uid)
+            raw = row.get(STATE)
+            state = state_of(raw)
+            if state == MOVING and not store.transfers.pending(mailbox.id):
+                if self.repair:
+                    table.check_and_put(key, STATE, raw, STATE, with_state(raw, COMMITTED))
+                self.report.add("message", f"{where} uid {uid}", "claimed by a move that "
+                                "no longer exists", self.repair)
+                state = COMMITTED
+            if state in (COMMITTED, MOVING):
+                record = MessageRecord.decode(raw)
+                count += 1
+                size += record.size
+                unseen += 0 if Flags.decode(row.get(FLAGS)).seen else 1
+                self.refs[record.content] += 1
+            elif state == ABANDONED:
+                full = table.row(key, [ENVELOPE, BODY, HEADER, FLAGS])
+                if full:
+                    if self.repair:
+                        table.delete(key, [ENVELOPE, BODY, HEADER, FLAGS])
+                    self.report.add("message", f"{where} uid {uid}",
+                                    "abandoned UID still holds cells", self.repair)
+            elif state is None and uid <= counters[VISIBLE]:
+                if self.repair:
+                    table.delete(key)
+                self.report.add("message", f"{where} uid {uid}",
+                                "uncommitted row below the watermark", self.repair)
+            elif state is not None and state not in (COMMITTED, MOVING, ABANDONED):
+                # 'D': an expunge died after claiming it; its intent is gone, finish it.
+                if self.repair:
+                    record = MessageRecord.decode(raw)
+                    table.delete(key)
+                    store.content.decref(record.content)
+                self.report.add("message", f"{where} uid {uid}", "half-expunged message",
+                                self.repair)
+        self.report.checked["messages"] += count
+        if highest > counters[UID]:
+            if self.repair:
+                store.mailboxes.rows.increment(mailbox.id, UID, highest - counters[UID])
+            self.report.add("counter", where, f"uid counter {counters[UID]} below highest "
+                            f"uid {highest}", self.repair)
+        if counters[VISIBLE] < counters[UID]:
+            if self.repair:
+                store.messages.advance(mailbox.id, counters[UID])
+            self.report.add("counter", where, f"watermark {counters[VISIBLE]} behind "
+                            f"allocated uid {counters[UID]}", self.repair)
+        deltas = {}
+        for col, actual, label in ((COUNT, count, "messages"), (UNSEEN, unseen, "unseen"),
+                                   (SIZE, size, "size")):
+            if counters[col] != actual:
+                deltas[col] = actual - counters[col]
+                self.report.add("counter", where, f"{label} counter {counters[col]}, "
+                                f"actual {actual}", self.repair)
+        if deltas and self.repair:
+            store.mailboxes.rows.increment_many(mailbox.id, deltas)
+        return count, size
+
+    def check_orphan_mailboxes(self) -> None:
+        """Mailbox rows that are half-deleted or that no index row reaches."""
+        store = self.store
+        for mailbox_id, row in store.mailboxes.rows.scan(start=b"\x00" * 16 + b"\x00",
+                                                         stop=b"\xff" * 17, columns=[b"m"]):
+            if mailbox_id == keys.STORE_ROW:
+                continue
+            owner = row.get(b"m:owner", b"").decode()
+            name = row.get(b"m:name", b"").decode()
+            reached = store.mailboxes.index.row(keys.index_key(owner, name), [b"i:id"]) \
+                .get(b"i:id") == mailbox_id if owner and name else False
+            if row.get(b"m:state") == LIVE and reached:
+                continue
+            detail = ("deletion did not finish" if row.get(b"m:state") == DELETING
+                      else "mailbox row that no name reaches")
+            if self.repair:
+                mailbox = Mailbox(mailbox_id, owner, name, 0)
+                purge_mailbox_messages(store, mailbox)
+                for key, _op, _at in store.transfers.pending(mailbox_id):
+                    store.transfers.intents.delete(key)
+                store.mailboxes.remove_row(mailbox_id)
+            self.report.add("mailbox", f"{owner}:{name}", detail, self.repair)
+
+    # -- content --------------------------------------------------------------------------------
+
+    def check_content(self) -> None:
+        """Reference counts against references; unfinished and unreferenced content."""
+        store = self.store
+        table = store.content.table
+        now = store.clock()
+        self.progress("checking content references")
+        fixes: list[Mutation] = []
+        for content_id, row in table.scan(start=b"", stop=b"\xff" * 17,
+                                          columns=[INFO, REFS, STARTED]):
+            self.report.checked["contents"] += 1
+            actual = self.refs.get(content_id, 0)
+            recorded = decode_counter(row.get(REFS))
+            where = f"content {content_id.hex()}"
+            if INFO not in row:
+                if now - decode_counter(row.get(STARTED)) > UNFINISHED_CONTENT_AGE or actual:
+                    if self.repair and not actual:
+                        fixes.append(Mutation(content_id, delete_row=True))
+                    self.report.add("content", where, "content never finished", self.repair)
+                continue
+            if actual == 0:
+                if self.repair:
+                    fixes.append(Mutation(content_id, delete_row=True))
+                self.report.add("content", where, f"no message refers to it (refs {recorded})",
+                                self.repair)
+            elif recorded != actual:
+                if self.repair:
+                    table.increment(content_id, REFS, actual - recorded)
+                self.report.add("content", where, f"refs {recorded}, actual {actual}",
+                                self.repair)
+        if fixes:
+            table.mutate_rows(fixes)
+        missing = set(self.refs) - {cid for cid, _ in table.rows(list(self.refs), [INFO])}
+        for content_id in sorted(missing):
+            self.report.add("content", f"content {content_id.hex()}",
+                            f"{self.refs[content_id]} message(s) refer to missing content",
+                            False)

@@ -1,0 +1,97 @@
+"""Row keys: pure functions, one place.
+
+Every key layout of the schema is built and taken apart here, and nowhere else.  Every scan the
+mail store makes is bounded at both ends by one of the ``*_prefix``/``*_range`` functions below,
+so no scan can run into another mailbox's or another user's rows (Apache James's expunge scan was
+not bounded, and could).
+"""
+
+from __future__ import annotations
+
+import uuid
+
+from .backends.base import prefix_stop
+
+MAX_UID = 2**63 - 1
+UUID_LEN = 16
+SEP = b"\x00"
+"""Separates a user name from a mailbox name; neither may contain NUL (see names.py)."""
+
+
+def new_id() -> bytes:
+    """A fresh random 16-byte id (UUID4) for a mailbox, a content blob or an intent.
+
+    Random ids also spread rows evenly over HBase regions, so no region server is hot.
+    """
+    return uuid.uuid4().bytes
+
+
+# -- JAMES_MESSAGES: mailbox uuid + (2**63 - 1 - uid), newest first --------------------------
+
+def message_key(mailbox_id: bytes, uid: int) -> bytes:
+    if len(mailbox_id) != UUID_LEN:
+        raise ValueError("mailbox id must be 16 bytes")
+    if not 0 < uid <= MAX_UID:
+        raise ValueError(f"uid out of range: {uid}")
+    return mailbox_id + (MAX_UID - uid).to_bytes(8, "big")
+
+
+def message_key_uid(key: bytes) -> int:
+    return MAX_UID - int.from_bytes(key[UUID_LEN:UUID_LEN + 8], "big")
+
+
+def message_key_mailbox(key: bytes) -> bytes:
+    return key[:UUID_LEN]
+
+
+def message_range(mailbox_id: bytes, low_uid: int = 1, high_uid: int = MAX_UID) -> tuple[bytes, bytes]:
+    """(start, stop) covering UIDs ``low_uid..high_uid`` inclusive of one mailbox.
+
+    Keys sort newest first, so the start key is the *highest* UID's.
+    """
+    if low_uid > high_uid:
+        raise ValueError("empty uid range")
+    start = message_key(mailbox_id, high_uid)
+    if low_uid <= 1:
+        stop = prefix_stop(mailbox_id)
+        assert stop is not None
+    else:
+        stop = message_key(mailbox_id, low_uid - 1)
+    return start, stop
+
+
+# -- JAMES_MAILBOX_INDEX: user NUL name ------------------------------------------------------
+
+def index_key(user: str, name: str) -> bytes:
+    return user.encode() + SEP + name.encode()
+
+
+def index_key_name(key: bytes) -> str:
+    return key.split(SEP, 1)[1].decode()
+
+
+def user_index_prefix(user: str) -> bytes:
+    """Prefix of every mailbox name index row of ``user``."""
+    return user.encode() + SEP
+
+
+def children_index_prefix(user: str, name: str, delimiter: str = "/") -> bytes:
+    """Prefix of the index rows of ``name``'s descendants."""
+    return index_key(user, name + delimiter)
+
+
+# -- JAMES_INTENTS: source mailbox uuid + intent id -----------------------------------------
+
+def intent_key(mailbox_id: bytes, intent_id: bytes) -> bytes:
+    return mailbox_id + intent_id
+
+
+# -- JAMES_USERS / JAMES_SUBSCRIPTIONS: user name --------------------------------------------
+
+def user_key(user: str) -> bytes:
+    return user.encode()
+
+
+# -- a row in JAMES_MAILBOXES that no UUID4 can take (version nibble 0), for store-wide counters
+
+STORE_ROW = b"\x00" * UUID_LEN

@@ -1,0 +1,243 @@
+"""Mailboxes: the name index, the mailbox rows and their counters, subscriptions.
+
+Invariants kept here:
+
+* A mailbox is found by one ``get`` on ``JAMES_MAILBOX_INDEX`` (user, name) and one on
+  ``JAMES_MAILBOXES``; listings are prefix scans of the user's index rows.  Nothing scans all
+  mailboxes.
+* The mailbox row is the truth.  An index row is trusted only if the mailbox row it points to
+  names the same owner and name and is live; a stale index row left by a crash during rename or
+  delete is ignored by lookups and removed by fsck.
+* A mailbox keeps its UUID, UIDVALIDITY and counters across rename, so the UID counter never
+  moves backwards.  Deleting and re-creating a name makes a new UUID and a new UIDVALIDITY.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from . import keys, names
+from .backends.base import Backend, Mutation, decode_counter, encode_counter
+from .errors import AlreadyExists, InvalidName, NotFound
+from .schema import MAILBOX_INDEX, MAILBOXES, SUBSCRIPTIONS
+
+# Counter cells of a mailbox row.
+UID = b"c:uid"          # last allocated UID (increments only)
+VISIBLE = b"c:visible"  # UID watermark: every UID <= it is committed or abandoned
+MODSEQ = b"c:modseq"    # highest MODSEQ allocated
+COUNT = b"c:count"
+UNSEEN = b"c:unseen"
+SIZE = b"c:size"
+COUNTERS = (UID, VISIBLE, MODSEQ, COUNT, UNSEEN, SIZE)
+
+LIVE, DELETING = b"live", b"deleting"
+
+SPECIAL_USE = ("\\All", "\\Archive", "\\Drafts", "\\Flagged", "\\Junk", "\\Sent", "\\Trash")
+DEFAULT_FOLDERS = (("Drafts", "\\Drafts"), ("Sent", "\\Sent"), ("Trash", "\\Trash"),
+                   ("Junk", "\\Junk"), ("Archive", "\\Archive"))
+
+
+@dataclass
+class Mailbox:
+    """One mailbox as read from its row.  Counters are as of that read."""
+
+    id: bytes
+    owner: str
+    name: str
+    uidvalidity: int
+    special_use: str | None = None
+    last_uid: int = 0
+    visible_uid: int = 0
+    highest_modseq: int = 0
+    messages: int = 0
+    unseen: int = 0
+    size: int = 0
+
+    @property
+    def uidnext(self) -> int:
+        """UIDNEXT as RFC 3501 2.3.1.1 defines it: no visible message will ever get a lower UID."""
+        return self.last_uid + 1
+
+    @classmethod
+    def from_row(cls, mailbox_id: bytes, row: dict[bytes, bytes]) -> Mailbox:
+        return cls(
+            id=mailbox_id, owner=row[b"m:owner"].decode(), name=row[b"m:name"].decode(),
+            uidvalidity=decode_counter(row[b"m:uidvalidity"]),
+            special_use=row[b"m:special"].decode() if row.get(b"m:special") else None,
+            last_uid=decode_counter(row.get(UID)), visible_uid=decode_counter(row.get(VISIBLE)),
+            highest_modseq=decode_counter(row.get(MODSEQ)),
+            messages=decode_counter(row.get(COUNT)), unseen=decode_counter(row.get(UNSEEN)),
+            size=decode_counter(row.get(SIZE)))
+
+
+class Mailboxes:
+    def __init__(self, backend: Backend, clock: Callable[[], float] = time.time):
+        self.rows = backend.table(MAILBOXES.name)
+        self.index = backend.table(MAILBOX_INDEX.name)
+        self.subs = backend.table(SUBSCRIPTIONS.name)
+        self.clock = clock
+
+    # -- lookups --------------------------------------------------------------------------------
+
+    def load(self, mailbox_id: bytes) -> Mailbox | None:
+        row = self.rows.row(mailbox_id)
+        if row.get(b"m:state") != LIVE:
+            return None
+        return Mailbox.from_row(mailbox_id, row)
+
+    def get(self, user: str, name: str) -> Mailbox:
+        """The live mailbox ``name`` of ``user``; NotFound otherwise."""
+        name = names.normalize_mailbox(name)
+        mailbox_id = self.index.row(keys.index_key(user, name), [b"i:id"]).get(b"i:id")
+        if mailbox_id:
+            mailbox = self.load(mailbox_id)
+            if mailbox and mailbox.owner == user and mailbox.name == name:
+                return mailbox
+        raise NotFound(f"no such mailbox: {name}")
+
+    def list(self, user: str, under: str | None = None) -> list[Mailbox]:
+        """The user's live mailboxes sorted by name; only descendants of ``under`` if given."""
+        prefix = (keys.children_index_prefix(user, names.normalize_mailbox(under))
+                  if under else keys.user_index_prefix(user))
+        index = list(self.index.scan(prefix=prefix, columns=[b"i:id"]))
+        found = self.rows.rows([r[b"i:id"] for _, r in index])
+        by_id = {mid: row for mid, row in found}
+        result = []
+        for key, cells in index:
+            row = by_id.get(cells[b"i:id"])
+            name = keys.index_key_name(key)
+            if row and row.get(b"m:state") == LIVE and row[b"m:name"].decode() == name \
+                    and row[b"m:owner"].decode() == user:
+                result.append(Mailbox.from_row(cells[b"i:id"], row))
+        return result
+
+    # -- changes --------------------------------------------------------------------------------
+
+    def create(self, user: str, name: str, special_use: str | None = None) -> Mailbox:
+        name = names.normalize_mailbox(name)
+        if special_use is not None and special_use not in SPECIAL_USE:
+            raise InvalidName(f"unknown special-use attribute: {special_use}")
+        mailbox_id = keys.new_id()
+        uidvalidity = self._new_uidvalidity()
+        cells = {b"m:owner": user.encode(), b"m:name": name.encode(),
+                 b"m:uidvalidity": encode_counter(uidvalidity), b"m:state": LIVE,
+                 b"m:created": encode_counter(int(self.clock()))}
+        if special_use:
+            cells[b"m:special"] = special_use.encode()
+        # Counters start as explicit zeros so that check-and-put on the watermark always
+        # compares bytes with bytes.
+        cells.update({c: encode_counter(0) for c in COUNTERS})
+        # The mailbox row first, then the index row that makes it findable: a crash between the
+        # two leaves an unreachable row that fsck removes, never an index row to nothing.
+        self.rows.put(mailbox_id, cells)
+        if not self.index.check_and_put(keys.index_key(user, name), b"i:id", None,
+                                        b"i:id", mailbox_id):
+            self.rows.delete(mailbox_id)
+            existing = self._index_target(user, name)
+            if existing is not None:
+                raise AlreadyExists(f"mailbox already exists: {name}")
+            # A stale index row (crash in delete/rename) holds the name: reclaim it.
+            stale = self.index.row(keys.index_key(user, name)).get(b"i:id")
+            self.index.delete(keys.index_key(user, name))
+            if stale is not None:
+                return self.create(user, name, special_use)
+            raise AlreadyExists(f"mailbox already exists: {name}")
+        return Mailbox(mailbox_id, user, name, uidvalidity, special_use)
+
+    def _index_target(self, user: str, name: str) -> Mailbox | None:
+        try:
+            return self.get(user, name)
+        except NotFound:
+            return None
+
+    def _new_uidvalidity(self) -> int:
+        """A UIDVALIDITY no earlier mailbox of this store had (RFC 3501 2.3.1.1).
+
+        A store-wide counter, started at the current time so that a store rebuilt from scratch
+        does not hand out values that clients may have cached for the old one.
+        """
+        value = self.rows.increment(keys.STORE_ROW, b"c:uidvalidity", 1)
+        now = int(self.clock())
+        if value < now:
+            value = self.rows.increment(keys.STORE_ROW, b"c:uidvalidity", now - value)
+        return value & 0xFFFFFFFF or 1
+
+    def rename(self, user: str, old: str, new: str) -> list[Mailbox]:
+        """Rename a mailbox and its descendants (RFC 3501 6.3.5); return them renamed.
+
+        UUIDs, UIDVALIDITY and counters stay: UIDs go on from where they were.
+        """
+        old, new = names.normalize_mailbox(old), names.normalize_mailbox(new)
+        if old == new:
+            raise AlreadyExists(f"mailbox already exists: {new}")
+        if new.startswith(old + names.DELIMITER):
+            raise InvalidName("cannot move a mailbox into its own subtree")
+        top = self.get(user, old)
+        moving = [top] + self.list(user, under=old)
+        renamed = []
+        for mailbox in moving:
+            target = new + mailbox.name[len(old):]
+            # New index row first (claims the name), then the mailbox row (the truth), then the
+            # old index row.  A crash leaves at worst a stale index row that lookups ignore.
+            if not self.index.check_and_put(keys.index_key(user, target), b"i:id", None,
+                                            b"i:id", mailbox.id):
+                if self._index_target(user, target) is not None:
+                    raise AlreadyExists(f"mailbox already exists: {target}")
+                self.index.put(keys.index_key(user, target), {b"i:id": mailbox.id})
+            self.rows.put(mailbox.id, {b"m:name": target.encode()})
+            self.index.delete(keys.index_key(user, mailbox.name))
+            mailbox.name = target
+            renamed.append(mailbox)
+        return renamed
+
+    def mark_deleting(self, mailbox: Mailbox) -> None:
+        """First step of deletion: the mailbox disappears from lookups and listings."""
+        self.rows.put(mailbox.id, {b"m:state": DELETING})
+        self.index.delete(keys.index_key(mailbox.owner, mailbox.name))
+
+    def remove_row(self, mailbox_id: bytes) -> None:
+        self.rows.delete(mailbox_id)
+
+    def counters(self, mailbox_id: bytes) -> dict[bytes, int]:
+        row = self.rows.row(mailbox_id, [b"c"])
+        return {c: decode_counter(row.get(c)) for c in COUNTERS}
+
+    def add_counts(self, mailbox_id: bytes, messages: int = 0, unseen: int = 0,
+                   size: int = 0) -> None:
+        deltas = {c: d for c, d in ((COUNT, messages), (UNSEEN, unseen), (SIZE, size)) if d}
+        if deltas:
+            self.rows.increment_many(mailbox_id, deltas)
+
+    # -- subscriptions (RFC 3501 6.3.6, 6.3.7): names, which need not exist ----------------------
+
+    def subscribe(self, user: str, name: str) -> None:
+        name = names.normalize_mailbox(name)
+        self.subs.put(keys.user_key(user), {b"s:" + name.encode(): b"1"})
+
+    def unsubscribe(self, user: str, name: str) -> None:
+        name = names.normalize_mailbox(name)
+        key = b"s:" + name.encode()
+        if key not in self.subs.row(keys.user_key(user), [key]):
+            raise NotFound(f"not subscribed: {name}")
+        self.subs.delete(keys.user_key(user), [key])
+
+    def subscriptions(self, user: str) -> list[str]:
+        row = self.subs.row(keys.user_key(user), [b"s"])
+        return sorted(col[2:].decode() for col in row)
+
+    def drop_subscriptions(self, user: str) -> None:
+        self.subs.delete(keys.user_key(user))
+
+
+def describe(mailbox: Mailbox) -> dict:
+    """A JSON-ready summary (for mailadmin)."""
+    return {"name": mailbox.name, "id": mailbox.id.hex(), "uidvalidity": mailbox.uidvalidity,
+            "uidnext": mailbox.uidnext, "messages": mailbox.messages, "unseen": mailbox.unseen,
+            "size": mailbox.size, "highestmodseq": mailbox.highest_modseq,
+            "special_use": mailbox.special_use}
+
+
+__all__ = ["Mailbox", "Mailboxes", "describe", "Mutation", "json"]

@@ -1,0 +1,369 @@
+"""Messages in a mailbox: storing, publishing in UID order, reading, flags.
+
+The life of an append (see docs/decisions/0001-visibility-and-uids.md):
+
+1. The content is streamed into ``JAMES_CONTENT`` (chunks, then its info) and parsed on the way
+   for ENVELOPE and BODYSTRUCTURE.
+2. A UID and a MODSEQ come from atomic increments on the mailbox row.
+3. The message row's big cells (envelope, body structure, raw header, flags) are put.
+4. The commit record ``m:s`` is put by check-and-put on its absence.  Only now can the message
+   be seen -- but only once the mailbox's *watermark* reaches its UID.
+5. Counters are incremented, then the watermark ``c:visible`` is advanced past the UID.
+
+The watermark is what keeps RFC 3501 2.3.1.1's promise when appends commit out of order: a
+reader shows only UIDs at or below it, and it only moves past a UID once that UID is committed
+or abandoned.  A writer that died between steps 2 and 4 would hold it back forever, so a UID
+that stays unwritten for ``abandon_after`` seconds is marked abandoned (``X``) by check-and-put
+on the same cell the writer would commit: exactly one of the two wins.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import time
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+
+from . import keys
+from .backends.base import Backend, Mutation, decode_counter, encode_counter
+from .content import ContentStore
+from .errors import Conflict, TooLarge
+from .mailboxes import MODSEQ, UID, VISIBLE, Mailbox, Mailboxes
+from .mime import StructureParser
+from .records import (
+    ABANDONED,
+    COMMITTED,
+    VISIBLE_STATES,
+    Flags,
+    MessageRecord,
+    state_of,
+)
+from .schema import MESSAGES
+
+STATE = b"m:s"
+ENVELOPE = b"m:env"
+BODY = b"m:bs"
+HEADER = b"m:hdr"
+FLAGS = b"f:v"
+PENDING_CELLS = (ENVELOPE, BODY, HEADER, FLAGS)
+
+SYSTEM_FLAGS = {f.lower(): f for f in ("\\Seen", "\\Answered", "\\Flagged", "\\Deleted",
+                                        "\\Draft")}
+HEADER_CAP = 1024 * 1024
+"""Largest top-level header block kept as a cell; a longer one is read from the content."""
+
+# Column selections for reads.
+SUMMARY = [STATE, FLAGS]
+LISTING = [STATE, FLAGS, ENVELOPE, HEADER]
+EVERYTHING = None
+
+
+def canonical_flags(flags: Iterable[str]) -> frozenset[str]:
+    """System flags in their canonical case; keywords as given.  ``\\Recent`` is never stored."""
+    out = set()
+    for flag in flags:
+        if flag.startswith("\\"):
+            canonical = SYSTEM_FLAGS.get(flag.lower())
+            if canonical is None:
+                if flag.lower() == "\\recent":
+                    continue
+                raise ValueError(f"unknown system flag {flag}")
+            out.add(canonical)
+        elif flag:
+            out.add(flag)
+    return frozenset(out)
+
+
+@dataclass
+class StoredContent:
+    """Content written to the store and parsed, ready to be referenced by message rows."""
+
+    content_id: bytes
+    size: int
+    chunk_size: int
+    info: dict
+    header: bytes
+
+
+@dataclass
+class MessageView:
+    """One visible message as read from its row; the optional parts only if selected."""
+
+    uid: int
+    record: MessageRecord
+    flags: Flags
+    state_raw: bytes
+    envelope: dict | None = None
+    body: dict | None = None
+    header: bytes | None = None
+
+    @property
+    def modseq(self) -> int:
+        return max(self.record.modseq, self.flags.modseq)
+
+
+def view_from_row(key: bytes, row: dict[bytes, bytes]) -> MessageView | None:
+    """A MessageView, or None when the row is not visible (pending, abandoned, deleting)."""
+    raw = row.get(STATE)
+    if state_of(raw) not in VISIBLE_STATES:
+        return None
+    record = MessageRecord.decode(raw)
+    return MessageView(
+        uid=keys.message_key_uid(key), record=record, flags=Flags.decode(row.get(FLAGS)),
+        state_raw=raw,
+        envelope=json.loads(row[ENVELOPE]) if ENVELOPE in row else None,
+        body=json.loads(row[BODY]) if BODY in row else None,
+        header=row.get(HEADER))
+
+
+class Messages:
+    def __init__(self, backend: Backend, mailboxes: Mailboxes, content: ContentStore,
+                 clock: Callable[[], float] = time.time, sleep: Callable[[float], None] = time.sleep,
+                 abandon_after: float = 10.0):
+        self.table = backend.table(MESSAGES.name)
+        self.boxes = mailboxes
+        self.content = content
+        self.clock = clock
+        self.sleep = sleep
+        self.abandon_after = abandon_after
+
+    # -- content --------------------------------------------------------------------------------
+
+    def ingest(self, source: bytes | io.RawIOBase | io.BufferedIOBase, refs: int = 1,
+               max_size: int | None = None) -> StoredContent:
+        """Stream a message into the content table, parsing it on the way.
+
+        ``source`` is bytes or a readable binary file.  Raises TooLarge (having removed what was
+        written) as soon as more than ``max_size`` bytes have been read.
+        """
+        stream = io.BytesIO(source) if isinstance(source, (bytes, bytearray, memoryview)) else source
+        writer = self.content.writer(refs)
+        parser = StructureParser()
+        head = bytearray()
+        try:
+            while True:
+                piece = stream.read(writer.chunk_size)
+                if not piece:
+                    break
+                if max_size is not None and writer.size + len(piece) > max_size:
+                    raise TooLarge(f"message larger than {max_size} bytes")
+                if len(head) < HEADER_CAP:
+                    head += piece[:HEADER_CAP - len(head)]
+                parser.feed(piece)
+                writer.write(piece)
+            info = parser.close()
+            content_id = writer.commit()
+        except BaseException:
+            writer.abort()
+            raise
+        data = info.to_json()
+        return StoredContent(content_id, writer.size, writer.chunk_size, data,
+                             bytes(head[:info.header_size]))
+
+    def open_body(self, view: MessageView):
+        """A seekable reader over a message's bytes (fetches chunks on demand)."""
+        return self.content.open(view.record.content, view.record.size,
+                                 view.record.chunk_size or self.content.chunk_size)
+
+    # -- adding ---------------------------------------------------------------------------------
+
+    def add(self, mailbox: Mailbox, stored: StoredContent, flags: Iterable[str] = (),
+            internal_date: float | None = None) -> tuple[int, int]:
+        """Make one reference to ``stored`` a message of ``mailbox``; return (uid, modseq).
+
+        Returns only once the message is visible to every reader of the mailbox.
+        """
+        flag_set = canonical_flags(flags)
+        date = self.clock() if internal_date is None else internal_date
+        for _attempt in range(5):
+            uid = self.boxes.rows.increment(mailbox.id, UID, 1)
+            modseq = self.boxes.rows.increment(mailbox.id, MODSEQ, 1)
+            key = keys.message_key(mailbox.id, uid)
+            record = MessageRecord(uid=uid, content=stored.content_id, size=stored.size,
+                                   internal_date=date, modseq=modseq,
+                                   header_size=stored.info.get("header_size", 0),
+                                   lines=stored.info.get("lines", 0),
+                                   chunk_size=stored.chunk_size)
+            try:
+                self.table.put(key, self._pending_cells(stored, Flags(modseq, flag_set)))
+                committed = self.table.check_and_put(key, STATE, None, STATE, record.encode())
+            except BaseException:
+                self._abandon(key)
+                raise
+            if committed:
+                break
+            # We were too slow and a reader gave our UID up; take another.
+            self.table.delete(key, list(PENDING_CELLS))
+        else:
+            raise Conflict("could not commit the message: UIDs kept being abandoned")
+        self.boxes.add_counts(mailbox.id, messages=1, size=stored.size,
+                              unseen=0 if "\\Seen" in flag_set else 1)
+        self.publish(mailbox.id, uid, uid)
+        return uid, modseq
+
+    def _pending_cells(self, stored: StoredContent, flags: Flags) -> dict[bytes, bytes]:
+        cells = {ENVELOPE: json.dumps(stored.info.get("envelope")).encode(),
+                 BODY: json.dumps(stored.info.get("body")).encode(),
+                 FLAGS: flags.encode()}
+        if stored.header:
+            cells[HEADER] = stored.header
+        return cells
+
+    def _abandon(self, key: bytes) -> None:
+        """Give up a UID we allocated but could not commit, so the watermark need not wait."""
+        try:
+            self.table.check_and_put(key, STATE, None, STATE, ABANDONED)
+        except Exception:  # the store is failing; the stall timeout will do it later
+            pass
+
+    # -- the watermark ---------------------------------------------------------------------------
+
+    def visible_uid(self, mailbox_id: bytes) -> int:
+        return decode_counter(self.boxes.rows.row(mailbox_id, [VISIBLE]).get(VISIBLE))
+
+    def publish(self, mailbox_id: bytes, first_uid: int, last_uid: int) -> None:
+        """Advance the watermark to ``last_uid`` once every UID below it is settled.
+
+        The caller has committed (or abandoned) ``first_uid..last_uid``.  In the common case
+        nothing else is in flight and one check-and-put does it.
+        """
+        if self.boxes.rows.check_and_put(mailbox_id, VISIBLE, encode_counter(first_uid - 1),
+                                         VISIBLE, encode_counter(last_uid)):
+            return
+        self.advance(mailbox_id, last_uid)
+
+    def advance(self, mailbox_id: bytes, target: int) -> None:
+        """Walk the watermark up to ``target``, waiting for (or abandoning) UIDs in flight."""
+        first_seen: dict[int, float] = {}
+        delay = 0.001
+        while True:
+            mark = self.visible_uid(mailbox_id)
+            if mark >= target:
+                return
+            start, stop = keys.message_range(mailbox_id, mark + 1, target)
+            settled = {keys.message_key_uid(k)
+                       for k, _ in self.table.scan(start=start, stop=stop, columns=[STATE])}
+            reach = mark
+            while reach + 1 in settled:
+                reach += 1
+            if reach > mark:
+                self.boxes.rows.check_and_put(mailbox_id, VISIBLE, encode_counter(mark),
+                                              VISIBLE, encode_counter(reach))
+                delay = 0.001
+                continue
+            waiting = mark + 1
+            since = first_seen.setdefault(waiting, self.clock())
+            if self.clock() - since >= self.abandon_after:
+                self.table.check_and_put(keys.message_key(mailbox_id, waiting), STATE, None,
+                                         STATE, ABANDONED)
+                continue
+            self.sleep(delay)
+            delay = min(delay * 2, 0.05)
+
+    # -- reading --------------------------------------------------------------------------------
+
+    def scan(self, mailbox_id: bytes, low_uid: int = 1, high_uid: int | None = None,
+             columns: list[bytes] | None = SUMMARY, newest_first: bool = False,
+             limit: int | None = None, batch_size: int = 1000) -> Iterator[MessageView]:
+        """Visible messages with ``low_uid <= uid <= high_uid``, oldest first by default.
+
+        One bounded scan of the mailbox's key range; ``high_uid`` is capped at the watermark.
+        """
+        mark = self.visible_uid(mailbox_id)
+        high = mark if high_uid is None else min(high_uid, mark)
+        if high < max(low_uid, 1):
+            return
+        start, stop = keys.message_range(mailbox_id, max(low_uid, 1), high)
+        if columns is not None and STATE not in columns:
+            columns = [STATE, *columns]
+        # Keys sort newest first, so the natural scan order is newest first.
+        rows = self.table.scan(start=start, stop=stop, columns=columns, reverse=not newest_first,
+                               batch_size=batch_size)
+        emitted = 0
+        for key, row in rows:
+            view = view_from_row(key, row)
+            if view is not None:
+                yield view
+                emitted += 1
+                if limit is not None and emitted >= limit:
+                    return
+
+    def newest(self, mailbox_id: bytes, count: int = 25,
+               columns: list[bytes] | None = LISTING) -> list[MessageView]:
+        """The newest ``count`` messages, newest first: a client's first screen, one scan."""
+        return list(self.scan(mailbox_id, columns=columns, newest_first=True, limit=count,
+                              batch_size=count + 5))
+
+    def uids(self, mailbox_id: bytes) -> list[int]:
+        """Every visible UID, ascending (one scan of the small commit cells)."""
+        return [v.uid for v in self.scan(mailbox_id, columns=[STATE], batch_size=5000)]
+
+    def get(self, mailbox_id: bytes, uids: Iterable[int],
+            columns: list[bytes] | None = SUMMARY) -> list[MessageView]:
+        """The visible messages among ``uids``, in the order given, one round trip."""
+        mark = self.visible_uid(mailbox_id)
+        wanted = [u for u in uids if 0 < u <= mark]
+        if columns is not None and STATE not in columns:
+            columns = [STATE, *columns]
+        found = self.table.rows([keys.message_key(mailbox_id, u) for u in wanted], columns)
+        views = (view_from_row(k, r) for k, r in found)
+        return [v for v in views if v is not None]
+
+    # -- flags ----------------------------------------------------------------------------------
+
+    def store_flags(self, mailbox: Mailbox, uids: Iterable[int], flags: Iterable[str],
+                    mode: str = "add", unchanged_since: int | None = None
+                    ) -> tuple[list[tuple[int, Flags]], list[int]]:
+        """Change flags (RFC 3501 6.4.6); returns (changed messages, UIDs that failed the
+        UNCHANGEDSINCE test of RFC 7162).
+
+        Each message's flags cell is changed by check-and-put, so two sessions changing the same
+        message never lose each other's change, and only the winner adjusts the unseen counter.
+        """
+        if mode not in ("add", "remove", "replace"):
+            raise ValueError(f"bad flag mode {mode}")
+        wanted = canonical_flags(flags)
+        views = self.get(mailbox.id, uids, SUMMARY)
+        if not views:
+            return [], []
+        top = self.boxes.rows.increment(mailbox.id, MODSEQ, len(views))
+        spare = list(range(top - len(views) + 1, top + 1))
+        changed, failed, unseen_delta = [], [], 0
+        for view in views:
+            key = keys.message_key(mailbox.id, view.uid)
+            current = view.flags
+            while True:
+                if unchanged_since is not None and current.modseq > unchanged_since:
+                    failed.append(view.uid)
+                    break
+                if mode == "add":
+                    names = current.names | wanted
+                elif mode == "remove":
+                    names = current.names - wanted
+                else:
+                    names = wanted
+                if names == current.names:
+                    break
+                modseq = spare.pop(0) if spare else self.boxes.rows.increment(mailbox.id, MODSEQ)
+                new = Flags(modseq, frozenset(names))
+                if self.table.check_and_put(key, FLAGS, current.encode(), FLAGS, new.encode()):
+                    unseen_delta += int(current.seen) - int(new.seen)
+                    changed.append((view.uid, new))
+                    break
+                row = self.table.row(key, [STATE, FLAGS])
+                if state_of(row.get(STATE)) not in VISIBLE_STATES:
+                    break  # expunged meanwhile
+                current = Flags.decode(row.get(FLAGS))
+        if unseen_delta:
+            self.boxes.add_counts(mailbox.id, unseen=unseen_delta)
+        return changed, failed
+
+    # -- used by moves and fsck ------------------------------------------------------------------
+
+    def write_rows(self, mailbox_id: bytes, rows: list[tuple[int, dict[bytes, bytes]]]) -> None:
+        self.table.mutate_rows([Mutation(keys.message_key(mailbox_id, uid), puts=cells)
+                                for uid, cells in rows])
+
+
+__all__ = ["COMMITTED", "Messages", "MessageView", "StoredContent", "canonical_flags"]

@@ -1,0 +1,79 @@
+"""Cell encodings of a message row, in one place.
+
+``m:s`` is the commit record of a message row.  It is written last, by check-and-put, and its
+first byte is the row's state:
+
+* ``C`` + JSON: committed and visible.
+* ``M`` + JSON: committed, visible, and claimed by a move in progress (see docs/decisions).
+* ``D`` + JSON: being expunged; invisible.
+* ``X``: the UID was abandoned by a writer that stalled or crashed; invisible forever.
+
+A row without ``m:s`` is still being written (or was left by a crash) and is invisible.
+``f:v`` holds the flags: the 8-byte MODSEQ of their last change, then the flag names separated by
+spaces.  Flag names are IMAP atoms, so they contain no space.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+
+COMMITTED, MOVING, DELETING, ABANDONED = b"C", b"M", b"D", b"X"
+VISIBLE_STATES = (COMMITTED, MOVING)
+
+
+@dataclass
+class MessageRecord:
+    """The small, fixed facts of one message, kept in ``m:s``."""
+
+    uid: int
+    content: bytes
+    size: int
+    internal_date: float
+    modseq: int
+    header_size: int = 0
+    lines: int = 0
+    chunk_size: int = 0
+
+    def encode(self, state: bytes = COMMITTED) -> bytes:
+        body = {"uid": self.uid, "c": self.content.hex(), "size": self.size,
+                "date": self.internal_date, "ms": self.modseq, "hs": self.header_size,
+                "ln": self.lines, "cs": self.chunk_size}
+        return state + json.dumps(body, separators=(",", ":")).encode()
+
+    @classmethod
+    def decode(cls, raw: bytes) -> MessageRecord:
+        body = json.loads(raw[1:])
+        return cls(uid=body["uid"], content=bytes.fromhex(body["c"]), size=body["size"],
+                   internal_date=body["date"], modseq=body["ms"], header_size=body.get("hs", 0),
+                   lines=body.get("ln", 0), chunk_size=body.get("cs", 0))
+
+
+def state_of(raw: bytes | None) -> bytes | None:
+    """The state byte of an ``m:s`` value, or None for a row still being written."""
+    return raw[:1] if raw else None
+
+
+def with_state(raw: bytes, state: bytes) -> bytes:
+    """The same commit record in another state (for the check-and-put that changes it)."""
+    return state + raw[1:]
+
+
+@dataclass
+class Flags:
+    modseq: int
+    names: frozenset[str] = field(default_factory=frozenset)
+
+    def encode(self) -> bytes:
+        return self.modseq.to_bytes(8, "big") + " ".join(sorted(self.names)).encode()
+
+    @classmethod
+    def decode(cls, raw: bytes | None) -> Flags:
+        if not raw:
+            return cls(0, frozenset())
+        text = raw[8:].decode()
+        return cls(int.from_bytes(raw[:8], "big"), frozenset(text.split()) if text else frozenset())
+
+    @property
+    def seen(self) -> bool:
+        return "\\Seen" in self.names

@@ -1,0 +1,130 @@
+"""The schema, defined once: every table with its purpose, row key, families and access pattern.
+
+``hbase-schema/schema.hbase`` is generated from this module (``make schema``) and a test checks
+that the two agree.  ``mailadmin init-schema`` creates these tables through the configured
+backend, idempotently.  All families keep one version: the store never reads history, and
+keeping more would only cost disk.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .backends.base import Backend
+
+
+@dataclass(frozen=True)
+class TableDef:
+    name: str
+    purpose: str
+    row_key: str
+    families: dict[str, str]
+    access: str
+    options: dict[str, dict[str, object]] = field(default_factory=dict)
+
+    def family_options(self) -> dict[str, dict[str, object]]:
+        return {fam: {"max_versions": 1, **self.options.get(fam, {})} for fam in self.families}
+
+
+MAILBOXES = TableDef(
+    name="JAMES_MAILBOXES",
+    purpose="One row per mailbox: who owns it, its name, UIDVALIDITY and its counters.",
+    row_key="16-byte mailbox UUID (random, so mailboxes spread over regions)",
+    families={
+        "m": "meta: owner, name, uidvalidity, special_use, state (b'live' / b'deleting')",
+        "c": "counters, 8-byte big-endian, changed only by increments (visible by check-and-put): "
+             "uid (last allocated UID), visible (UID watermark readers may show), modseq, "
+             "count, unseen, size",
+    },
+    access="get by UUID (from the name index); increments on append/flag change/expunge",
+)
+
+MAILBOX_INDEX = TableDef(
+    name="JAMES_MAILBOX_INDEX",
+    purpose="(user, mailbox name) -> mailbox UUID, so no lookup or listing scans all mailboxes.",
+    row_key="user name UTF-8, NUL, mailbox name UTF-8",
+    families={"i": "i:id = mailbox UUID (created by check-and-put: one owner per name)"},
+    access="get by (user, name); prefix scan by user for LIST; by user+name+'/' for children",
+)
+
+MESSAGES = TableDef(
+    name="JAMES_MESSAGES",
+    purpose="One row per message in a mailbox, sorted newest first within the mailbox.",
+    row_key="16-byte mailbox UUID + 8-byte big-endian (2**63 - 1 - uid)",
+    families={
+        "m": "metadata, written once: s (commit record: JSON with uid data, written last by "
+             "check-and-put; b'X' marks an abandoned UID, b'D' a message being expunged), "
+             "env (ENVELOPE), bs (BODYSTRUCTURE), hdr (raw header block)",
+        "f": "flags, changed by check-and-put on one cell: v = 8-byte MODSEQ + flag names",
+    },
+    access="newest page = one reverse-ordered bounded scan of 25 rows; UID list = bounded scan "
+           "of m:s; flag change touches only f:v",
+)
+
+CONTENT = TableDef(
+    name="JAMES_CONTENT",
+    purpose="Message content, stored once and shared by copies, moves and recipients.",
+    row_key="16-byte content UUID",
+    families={
+        "c": "chunks, qualifiers 1, 2, 3, ... (decimal), each at most chunk_size bytes",
+        "m": "meta: size, chunks, chunk_size (JSON in m:info), written with the last chunk",
+        "r": "r:refs, the number of message rows that point here (increments only)",
+    },
+    access="get of the few chunk columns a read needs; refs incremented on copy, decremented "
+           "on expunge; the row is deleted when refs reaches 0",
+)
+
+SUBSCRIPTIONS = TableDef(
+    name="JAMES_SUBSCRIPTIONS",
+    purpose="The mailbox names a user is subscribed to (LSUB); names need not exist.",
+    row_key="user name UTF-8",
+    families={"s": "one column per subscribed mailbox name (qualifier = name UTF-8)"},
+    access="get of the whole row",
+)
+
+USERS = TableDef(
+    name="JAMES_USERS",
+    purpose="Accounts: password hash (scrypt, never plain text), quota limits and usage.",
+    row_key="user name UTF-8 (lower case)",
+    families={
+        "a": "account: pw (scrypt hash string), created",
+        "l": "limits: storage, messages (8-byte counters; absent = unlimited)",
+        "u": "usage counters, increments only: bytes, messages",
+    },
+    access="get by name at login and delivery; prefix-free bounded scan for `user list`",
+)
+
+INTENTS = TableDef(
+    name="JAMES_INTENTS",
+    purpose="Intent records of multi-row operations (move, expunge), rolled forward on recovery.",
+    row_key="16-byte source mailbox UUID + 16-byte intent id",
+    families={"i": "i:op (JSON: kind, target, uids and allocated target UIDs), i:at (time)"},
+    access="put before the operation, deleted after it; prefix scan by mailbox on open and fsck",
+)
+
+TABLES: tuple[TableDef, ...] = (MAILBOXES, MAILBOX_INDEX, MESSAGES, CONTENT, SUBSCRIPTIONS,
+                                USERS, INTENTS)
+
+
+def create_schema(backend: Backend) -> list[str]:
+    """Create every missing table; return the names created (empty when all existed)."""
+    return [t.name for t in TABLES if backend.create_table(t.name, t.family_options())]
+
+
+def ddl(prefix: str = "") -> str:
+    """The HBase shell commands that create the schema (as ``hbase-schema/schema.hbase``)."""
+    out = ["# Generated from mailstore/schema.py by `make schema`; a test checks they agree.",
+           "# Run with: hbase shell -n hbase-schema/schema.hbase", ""]
+    for t in TABLES:
+        name = f"{prefix}_{t.name}" if prefix else t.name
+        out.append(f"# {name}: {t.purpose}")
+        out.append(f"#   row key: {t.row_key}")
+        for fam, doc in t.families.items():
+            out.append(f"#   {fam}: {doc}")
+        out.append(f"#   access: {t.access}")
+        fams = ", ".join(
+            "{NAME => '%s', VERSIONS => %d}" % (fam, opts["max_versions"])
+            for fam, opts in t.family_options().items())
+        out.append(f"create '{name}', {fams}")
+        out.append("")
+    return "\n".join(out)

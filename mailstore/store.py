@@ -1,0 +1,298 @@
+"""The mail store's public API: what the IMAP server, the SMTP/LMTP handlers and mailadmin use.
+
+Nothing outside ``mailstore`` talks to a backend directly.  Every method is synchronous and
+thread-safe; the protocol edges run them off their event loops (``deferToThread`` in Twisted,
+``asyncio.to_thread`` in aiosmtpd).  Errors are those of :mod:`mailstore.errors`.
+"""
+
+from __future__ import annotations
+
+import io
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+
+from . import keys, names
+from .backends import open_backend
+from .backends.base import Backend, Mutation
+from .content import DEFAULT_CHUNK, ContentStore
+from .errors import AlreadyExists, InvalidName, NotFound, OverQuota, TooLarge
+from .mailboxes import DEFAULT_FOLDERS, Mailbox, Mailboxes
+from .messages import SUMMARY, Messages, MessageView, StoredContent
+from .records import COMMITTED, DELETING, MOVING, MessageRecord, state_of
+from .schema import create_schema
+from .transfers import Transfers
+from .users import User, Users
+
+DEFAULT_MAX_MESSAGE = 64 * 1024 * 1024
+
+
+@dataclass
+class Delivery:
+    """The outcome of delivering one message to one recipient."""
+
+    user: str
+    mailbox: str
+    uid: int | None
+    error: Exception | None = None
+
+
+class MailStore:
+    """Users, mailboxes and messages over one backend.
+
+    ``chunk_size`` is the content chunk size in bytes (64 KiB to 1 MiB).  ``max_message_size``
+    bounds every stored message.  ``clock`` and ``sleep`` are injectable for tests.
+    ``abandon_after`` is how long, in seconds, a UID may stay allocated but unwritten before a
+    reader gives it up; ``intent_timeout`` how old an unfinished move or expunge must be before
+    it is recovered by someone else.
+    """
+
+    def __init__(self, backend: Backend, *, chunk_size: int = DEFAULT_CHUNK,
+                 max_message_size: int = DEFAULT_MAX_MESSAGE, read_ahead: int = 4,
+                 clock: Callable[[], float] = time.time,
+                 sleep: Callable[[float], None] = time.sleep,
+                 abandon_after: float = 10.0, intent_timeout: float = 60.0,
+                 create_tables: bool = True):
+        self.backend = backend
+        if create_tables:
+            create_schema(backend)
+        self.max_message_size = max_message_size
+        self.clock = clock
+        self.content = ContentStore(backend.table("JAMES_CONTENT"), chunk_size, read_ahead, clock)
+        self.mailboxes = Mailboxes(backend, clock)
+        self.users = Users(backend, clock)
+        self.messages = Messages(backend, self.mailboxes, self.content, clock, sleep,
+                                 abandon_after)
+        self.transfers = Transfers(backend, self.messages, self.mailboxes, self.content,
+                                   self.users, clock, intent_timeout)
+
+    @classmethod
+    def open(cls, backend_name: str, backend_options: dict, **store_options) -> MailStore:
+        return cls(open_backend(backend_name, backend_options), **store_options)
+
+    def close(self) -> None:
+        self.backend.close()
+
+    # -- users ----------------------------------------------------------------------------------
+
+    def create_user(self, name: str, password: str | None,
+                    default_folders: bool = True) -> str:
+        """Create an account with INBOX (and Drafts, Sent, Trash, Junk, Archive, subscribed)."""
+        user = self.users.create(name, password)
+        self.mailboxes.create(user, "INBOX")
+        self.mailboxes.subscribe(user, "INBOX")
+        if default_folders:
+            for folder, use in DEFAULT_FOLDERS:
+                self.mailboxes.create(user, folder, use)
+                self.mailboxes.subscribe(user, folder)
+        return user
+
+    def authenticate(self, name: str, password: str) -> str | None:
+        return self.users.authenticate(name, password)
+
+    def user(self, name: str) -> User:
+        return self.users.get(name)
+
+    def list_users(self) -> list[User]:
+        return self.users.list()
+
+    def delete_user(self, name: str) -> None:
+        """Remove a user with every mailbox, message and content reference."""
+        user = self.users.get(name).name
+        for mailbox in self.mailboxes.list(user):
+            self._delete_mailbox(mailbox)
+        self.mailboxes.drop_subscriptions(user)
+        self.users.delete_row(user)
+
+    # -- mailboxes ------------------------------------------------------------------------------
+
+    def create_mailbox(self, user: str, name: str, special_use: str | None = None) -> Mailbox:
+        """Create ``name`` (RFC 3501 6.3.3); missing parents are created too."""
+        name = names.normalize_mailbox(name)
+        for parent in names.parent_names(name):
+            try:
+                self.mailboxes.create(user, parent)
+            except AlreadyExists:
+                pass
+        return self.mailboxes.create(user, name, special_use)
+
+    def mailbox(self, user: str, name: str, recover: bool = True) -> Mailbox:
+        """The mailbox with fresh counters; rolls forward stale moves/expunges of it first."""
+        mailbox = self.mailboxes.get(user, name)
+        if recover and self.transfers.pending(mailbox.id):
+            if self.transfers.recover(mailbox.id):
+                mailbox = self.mailboxes.get(user, name)
+        return mailbox
+
+    def list_mailboxes(self, user: str) -> list[Mailbox]:
+        return self.mailboxes.list(user)
+
+    def rename_mailbox(self, user: str, old: str, new: str) -> list[Mailbox]:
+        """RENAME (RFC 3501 6.3.5).  Renaming INBOX moves its messages to a new mailbox and
+        leaves INBOX empty, as the RFC requires."""
+        if names.normalize_mailbox(old) == "INBOX":
+            inbox = self.mailbox(user, "INBOX")
+            target = self.create_mailbox(user, new)
+            uids = self.messages.uids(inbox.id)
+            for i in range(0, len(uids), 500):
+                self.transfers.move(inbox, uids[i:i + 500], target)
+            return [target]
+        for parent in names.parent_names(names.normalize_mailbox(new)):
+            try:
+                self.mailboxes.create(user, parent)
+            except AlreadyExists:
+                pass
+        return self.mailboxes.rename(user, old, new)
+
+    def delete_mailbox(self, user: str, name: str) -> None:
+        """DELETE (RFC 3501 6.3.4): the mailbox, every message in it, their content references.
+
+        INBOX cannot be deleted.  Children stay (the caller decides about \\Noselect).
+        """
+        mailbox = self.mailboxes.get(user, name)
+        if mailbox.name == "INBOX":
+            raise InvalidName("INBOX cannot be deleted")
+        self._delete_mailbox(mailbox)
+
+    def _delete_mailbox(self, mailbox: Mailbox) -> None:
+        # Invisible first, then the messages, then the row: a crash leaves a 'deleting' row
+        # that fsck finishes off, never messages without a mailbox.
+        self.mailboxes.mark_deleting(mailbox)
+        purge_mailbox_messages(self, mailbox)
+        for key, _op, _at in self.transfers.pending(mailbox.id):
+            self.transfers.intents.delete(key)
+        self.mailboxes.remove_row(mailbox.id)
+
+    def subscribe(self, user: str, name: str) -> None:
+        self.mailboxes.subscribe(user, name)
+
+    def unsubscribe(self, user: str, name: str) -> None:
+        self.mailboxes.unsubscribe(user, name)
+
+    def subscriptions(self, user: str) -> list[str]:
+        return self.mailboxes.subscriptions(user)
+
+    # -- messages -------------------------------------------------------------------------------
+
+    def ingest(self, source, refs: int = 1) -> StoredContent:
+        """Store content once for ``refs`` future message rows (see :meth:`add_stored`)."""
+        return self.messages.ingest(source, refs, self.max_message_size)
+
+    def append(self, user: str, mailbox_name: str, source, flags: Iterable[str] = (),
+               internal_date: float | None = None) -> tuple[int, int]:
+        """APPEND (RFC 3501 6.3.11): store a message; return (UIDVALIDITY, UID).
+
+        ``source`` is bytes or a binary file, read in chunks: a large message never sits in
+        memory whole.  Raises NotFound, TooLarge or OverQuota with nothing left behind.
+        """
+        mailbox = self.mailboxes.get(user, mailbox_name)
+        size = _known_size(source)
+        if size is not None and size > self.max_message_size:
+            raise TooLarge(f"message larger than {self.max_message_size} bytes")
+        self.users.check_quota(user, size or 0, 1)
+        stored = self.ingest(source)
+        try:
+            if size is None:
+                self.users.check_quota(user, stored.size, 1)
+            uid = self.add_stored(mailbox, stored, flags, internal_date)
+        except BaseException:
+            self.content.decref(stored.content_id)
+            raise
+        return mailbox.uidvalidity, uid
+
+    def add_stored(self, mailbox: Mailbox, stored: StoredContent, flags: Iterable[str] = (),
+                   internal_date: float | None = None) -> int:
+        """Add a message row for content already ingested (one of its references); its UID."""
+        uid, _modseq = self.messages.add(mailbox, stored, flags, internal_date)
+        self.users.add_usage(mailbox.owner, stored.size, 1)
+        return uid
+
+    def deliver(self, recipients: Sequence[tuple[str, str]], source) -> list[Delivery]:
+        """Deliver one message to several (user, mailbox) pairs, storing its content once.
+
+        Each recipient gets their own row, flags and UID; a recipient that fails (no such
+        mailbox, over quota) is reported in its Delivery and gives its reference back.
+        """
+        stored = self.ingest(source, refs=len(recipients))
+        results = []
+        for user, name in recipients:
+            try:
+                self.users.check_quota(user, stored.size, 1)
+                mailbox = self.mailboxes.get(user, name)
+                results.append(Delivery(user, mailbox.name, self.add_stored(mailbox, stored)))
+            except (NotFound, OverQuota, InvalidName) as exc:
+                self.content.decref(stored.content_id)
+                results.append(Delivery(user, name, None, exc))
+            except BaseException:
+                self.content.decref(stored.content_id, len(recipients) - len(results))
+                raise
+        return results
+
+    def uids(self, mailbox: Mailbox) -> list[int]:
+        return self.messages.uids(mailbox.id)
+
+    def newest(self, mailbox: Mailbox, count: int = 25) -> list[MessageView]:
+        return self.messages.newest(mailbox.id, count)
+
+    def fetch(self, mailbox: Mailbox, uids: Iterable[int],
+              columns: list[bytes] | None = SUMMARY) -> list[MessageView]:
+        return self.messages.get(mailbox.id, uids, columns)
+
+    def open_message(self, view: MessageView) -> io.RawIOBase:
+        return self.messages.open_body(view)
+
+    def read_message(self, view: MessageView) -> bytes:
+        return self.messages.open_body(view).read()
+
+    def store_flags(self, mailbox: Mailbox, uids: Iterable[int], flags: Iterable[str],
+                    mode: str = "add", unchanged_since: int | None = None):
+        return self.messages.store_flags(mailbox, uids, flags, mode, unchanged_since)
+
+    def expunge(self, mailbox: Mailbox, uids: Iterable[int]) -> list[int]:
+        return self.transfers.expunge(mailbox, uids)
+
+    def copy(self, source: Mailbox, uids: Iterable[int], target: Mailbox
+             ) -> list[tuple[int, int]]:
+        uids = list(uids)
+        views = self.messages.get(source.id, uids, SUMMARY)
+        self.users.check_quota(target.owner, sum(v.record.size for v in views), len(views))
+        return self.transfers.copy(source, uids, target)
+
+    def move(self, source: Mailbox, uids: Iterable[int], target: Mailbox
+             ) -> list[tuple[int, int]]:
+        if source.owner != target.owner:
+            raise InvalidName("messages can only move between one user's mailboxes")
+        return self.transfers.move(source, uids, target)
+
+
+def purge_mailbox_messages(store: MailStore, mailbox: Mailbox, batch: int = 500) -> int:
+    """Delete every message row of a mailbox, whatever its state; drop content references.
+
+    Used by mailbox deletion and by fsck to finish a deletion that crashed.
+    """
+    table = store.messages.table
+    start, stop = keys.message_range(mailbox.id)
+    removed = 0
+    while True:
+        rows = list(table.scan(start=start, stop=stop, columns=SUMMARY, limit=batch))
+        if not rows:
+            return removed
+        table.mutate_rows([Mutation(k, delete_row=True) for k, _ in rows])
+        size = count = 0
+        for _key, row in rows:
+            raw = row.get(b"m:s")
+            if state_of(raw) in (COMMITTED, MOVING, DELETING):
+                record = MessageRecord.decode(raw)
+                size += record.size
+                count += 1
+                # A row mid-move keeps its reference for the target copy.
+                if state_of(raw) != MOVING:
+                    store.content.decref(record.content)
+        store.users.add_usage(mailbox.owner, -size, -count)
+        removed += count
+
+
+def _known_size(source) -> int | None:
+    if isinstance(source, (bytes, bytearray, memoryview)):
+        return len(source)
+    return None

@@ -1,0 +1,161 @@
+"""Accounts: password hashes, quota limits and usage counters.
+
+Passwords are hashed with scrypt from the standard library (memory-hard, no extra dependency);
+the stored string names its parameters so they can be raised later without breaking old hashes.
+Usage counters are kept by increments beside every mailbox counter change and repaired by fsck.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from . import keys, names
+from .backends.base import Backend, decode_counter, encode_counter
+from .errors import AlreadyExists, NotFound, OverQuota
+from .schema import USERS
+
+PASSWORD = b"a:pw"
+CREATED = b"a:created"
+LIMIT_STORAGE = b"l:storage"
+LIMIT_MESSAGES = b"l:messages"
+USED_BYTES = b"u:bytes"
+USED_MESSAGES = b"u:messages"
+
+# scrypt cost: ~50 ms and 16 MiB per hash on a 2-core machine.  Slow enough to make offline
+# guessing expensive, fast enough for a login storm.
+_N, _R, _P = 2**14, 8, 1
+
+
+def hash_password(password: str) -> str:
+    salt = os.urandom(16)
+    digest = hashlib.scrypt(password.encode(), salt=salt, n=_N, r=_R, p=_P, dklen=32)
+    return "scrypt$%d$%d$%d$%s$%s" % (_N, _R, _P, base64.b64encode(salt).decode(),
+                                       base64.b64encode(digest).decode())
+
+
+def verify_password(password: str, stored: str) -> bool:
+    try:
+        scheme, n, r, p, salt, digest = stored.split("$")
+        if scheme != "scrypt":
+            return False
+        expected = base64.b64decode(digest)
+        actual = hashlib.scrypt(password.encode(), salt=base64.b64decode(salt), n=int(n),
+                                r=int(r), p=int(p), dklen=len(expected))
+    except (ValueError, TypeError):
+        return False
+    return hmac.compare_digest(actual, expected)
+
+
+# A fixed hash to check against when the user does not exist, so that the time a failed login
+# takes does not tell whether the user exists.
+_DUMMY_HASH = None
+
+
+def _dummy_hash() -> str:
+    global _DUMMY_HASH
+    if _DUMMY_HASH is None:
+        _DUMMY_HASH = hash_password("not a real password")
+    return _DUMMY_HASH
+
+
+@dataclass
+class User:
+    name: str
+    storage_limit: int | None
+    message_limit: int | None
+    used_bytes: int
+    used_messages: int
+
+    @classmethod
+    def from_row(cls, name: str, row: dict[bytes, bytes]) -> User:
+        def limit(col: bytes) -> int | None:
+            return decode_counter(row[col]) if col in row else None
+        return cls(name, limit(LIMIT_STORAGE), limit(LIMIT_MESSAGES),
+                   decode_counter(row.get(USED_BYTES)), decode_counter(row.get(USED_MESSAGES)))
+
+
+class Users:
+    def __init__(self, backend: Backend, clock: Callable[[], float] = time.time):
+        self.table = backend.table(USERS.name)
+        self.clock = clock
+
+    def create(self, name: str, password: str | None) -> str:
+        user = names.normalize_user(name)
+        pw = hash_password(password) if password else "!"  # "!" never verifies
+        if not self.table.check_and_put(keys.user_key(user), PASSWORD, None, PASSWORD, pw.encode()):
+            raise AlreadyExists(f"user already exists: {user}")
+        self.table.put(keys.user_key(user), {CREATED: encode_counter(int(self.clock())),
+                                             USED_BYTES: encode_counter(0),
+                                             USED_MESSAGES: encode_counter(0)})
+        return user
+
+    def get(self, name: str) -> User:
+        user = names.normalize_user(name)
+        row = self.table.row(keys.user_key(user))
+        if PASSWORD not in row:
+            raise NotFound(f"no such user: {user}")
+        return User.from_row(user, row)
+
+    def exists(self, name: str) -> bool:
+        try:
+            self.get(name)
+        except (NotFound, ValueError):
+            return False
+        return True
+
+    def authenticate(self, name: str, password: str) -> str | None:
+        """The canonical user name if the password is right, else None (same cost either way)."""
+        try:
+            user = names.normalize_user(name)
+        except ValueError:
+            user = None
+        stored = self.table.row(keys.user_key(user), [PASSWORD]).get(PASSWORD) if user else None
+        ok = verify_password(password, stored.decode() if stored else _dummy_hash())
+        return user if ok and stored else None
+
+    def set_password(self, name: str, password: str) -> None:
+        user = self.get(name).name
+        self.table.put(keys.user_key(user), {PASSWORD: hash_password(password).encode()})
+
+    def list(self) -> list[User]:
+        # Bounded at both ends: user names start with [a-z0-9] (names.py).
+        return [User.from_row(key.decode(), row)
+                for key, row in self.table.scan(start=b"0", stop=b"{")
+                if PASSWORD in row]
+
+    def delete_row(self, name: str) -> None:
+        self.table.delete(keys.user_key(names.normalize_user(name)))
+
+    def set_quota(self, name: str, storage: int | None, messages: int | None) -> None:
+        user = self.get(name).name
+        puts, deletes = {}, []
+        for col, value in ((LIMIT_STORAGE, storage), (LIMIT_MESSAGES, messages)):
+            if value is None or value < 0:
+                deletes.append(col)
+            else:
+                puts[col] = encode_counter(value)
+        from .backends.base import Mutation
+        self.table.mutate_rows([Mutation(keys.user_key(user), puts=puts, deletes=deletes)])
+
+    def check_quota(self, name: str, add_bytes: int, add_messages: int) -> None:
+        """Raise OverQuota if adding this much would exceed the user's limits.
+
+        Concurrent deliveries may together overshoot by what is in flight; usage is never lost.
+        """
+        user = self.get(name)
+        if user.storage_limit is not None and user.used_bytes + add_bytes > user.storage_limit:
+            raise OverQuota(f"storage quota exceeded for {user.name}")
+        if user.message_limit is not None and \
+                user.used_messages + add_messages > user.message_limit:
+            raise OverQuota(f"message quota exceeded for {user.name}")
+
+    def add_usage(self, name: str, size: int, messages: int) -> None:
+        deltas = {c: d for c, d in ((USED_BYTES, size), (USED_MESSAGES, messages)) if d}
+        if deltas:
+            self.table.increment_many(keys.user_key(name), deltas)

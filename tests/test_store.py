@@ -1,0 +1,251 @@
+"""Mail semantics over every backend (the same tests for embedded and hbase-over-Thrift).
+
+RFC 3501 2.3.1.1 (UIDs, UIDVALIDITY), 6.3.3-6.3.5 (CREATE/DELETE/RENAME), 6.4.3 (EXPUNGE),
+6.4.6 (STORE), 6.4.7 (COPY), RFC 6851 (MOVE), RFC 4315 (UIDPLUS pairs).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from mailstore import keys
+from mailstore.errors import AlreadyExists, InvalidName, NotFound, OverQuota, TooLarge
+from mailstore.fsck import Fsck
+from mailstore.store import MailStore
+from tests.mailgen import message
+
+
+@pytest.fixture
+def store(backend):
+    s = MailStore(backend, abandon_after=2.0)
+    yield s
+
+
+@pytest.fixture
+def alice(store):
+    return store.create_user("Alice", "secret")
+
+
+def content_rows(store):
+    return list(store.content.table.scan(start=b"", stop=b"\xff" * 17))
+
+
+def test_new_user_has_inbox_and_special_use_folders(store, alice):
+    assert alice == "alice"
+    names = {m.name: m.special_use for m in store.list_mailboxes(alice)}
+    assert names == {"INBOX": None, "Drafts": "\\Drafts", "Sent": "\\Sent", "Trash": "\\Trash",
+                     "Junk": "\\Junk", "Archive": "\\Archive"}
+    assert "INBOX" in store.subscriptions(alice)
+    assert store.authenticate("ALICE", "secret") == "alice"
+    assert store.authenticate("alice", "wrong") is None
+    assert store.authenticate("nobody", "secret") is None
+    with pytest.raises(AlreadyExists):
+        store.create_user("alice", "x")
+
+
+def test_password_is_never_stored_in_clear(store, alice):
+    row = store.users.table.row(keys.user_key(alice))
+    assert all(b"secret" not in value for value in row.values())
+    assert row[b"a:pw"].startswith(b"scrypt$")
+
+
+def test_append_assigns_ascending_uids_and_reads_back_exact_bytes(store, alice):
+    data = [message(i) for i in range(5)]
+    results = [store.append(alice, "INBOX", d) for d in data]
+    inbox = store.mailbox(alice, "inbox")
+    assert [uid for _, uid in results] == [1, 2, 3, 4, 5]
+    assert {v for v, _ in results} == {inbox.uidvalidity}
+    assert store.uids(inbox) == [1, 2, 3, 4, 5]
+    assert inbox.messages == 5 and inbox.unseen == 5 and inbox.uidnext == 6
+    assert inbox.size == sum(len(d) for d in data)
+    for view in store.fetch(inbox, [1, 3, 5]):
+        assert store.read_message(view) == data[view.uid - 1]
+
+
+def test_newest_page_is_newest_first_with_envelopes(store, alice):
+    for i in range(30):
+        store.append(alice, "INBOX", message(i))
+    page = store.newest(store.mailbox(alice, "INBOX"), 25)
+    assert [v.uid for v in page] == list(range(30, 5, -1))
+    assert page[0].envelope is not None
+    assert page[0].header.startswith(b"From: Alice")
+    assert page[0].header.endswith(b"\r\n\r\n")
+
+
+def test_flags_change_by_mode_bump_modseq_and_unseen(store, alice):
+    for i in range(3):
+        store.append(alice, "INBOX", message(i), flags=["\\seen"] if i == 0 else [])
+    inbox = store.mailbox(alice, "INBOX")
+    assert inbox.unseen == 2
+    before = inbox.highest_modseq
+    changed, failed = store.store_flags(inbox, [2, 3], ["\\Seen", "$Work"], "add")
+    assert [uid for uid, _ in changed] == [2, 3] and not failed
+    assert all(f.modseq > before for _, f in changed)
+    inbox = store.mailbox(alice, "INBOX")
+    assert inbox.unseen == 0
+    store.store_flags(inbox, [1], ["\\Flagged"], "replace")
+    store.store_flags(inbox, [2], ["$Work"], "remove")
+    views = {v.uid: v.flags.names for v in store.fetch(inbox, [1, 2, 3])}
+    assert views == {1: {"\\Flagged"}, 2: {"\\Seen"}, 3: {"\\Seen", "$Work"}}
+    assert store.mailbox(alice, "INBOX").unseen == 1
+    # RFC 7162 UNCHANGEDSINCE: a message changed after the given MODSEQ is not touched.
+    changed, failed = store.store_flags(inbox, [3], ["\\Deleted"], "add", unchanged_since=1)
+    assert changed == [] and failed == [3]
+
+
+def test_uids_are_never_reused_after_expunge_and_rename(store, alice):
+    store.create_mailbox(alice, "Work")
+    for i in range(3):
+        store.append(alice, "Work", message(i))
+    work = store.mailbox(alice, "Work")
+    assert store.expunge(work, [3]) == [3]
+    store.rename_mailbox(alice, "Work", "Projects/Work")
+    renamed = store.mailbox(alice, "Projects/Work")
+    assert renamed.id == work.id and renamed.uidvalidity == work.uidvalidity
+    assert store.append(alice, "Projects/Work", message(9))[1] == 4
+    assert store.uids(renamed) == [1, 2, 4]
+    with pytest.raises(NotFound):
+        store.mailbox(alice, "Work")
+    assert "Projects" in {m.name for m in store.list_mailboxes(alice)}
+
+
+def test_rename_moves_children_and_keeps_their_uids(store, alice):
+    store.create_mailbox(alice, "a/b/c")
+    store.append(alice, "a/b/c", message(1))
+    store.rename_mailbox(alice, "a", "z")
+    names = {m.name for m in store.list_mailboxes(alice)}
+    assert {"z", "z/b", "z/b/c"} <= names and not {"a", "a/b", "a/b/c"} & names
+    assert store.uids(store.mailbox(alice, "z/b/c")) == [1]
+    with pytest.raises(AlreadyExists):
+        store.rename_mailbox(alice, "z", "Sent")
+    with pytest.raises(InvalidName):
+        store.rename_mailbox(alice, "z", "z/inside")
+
+
+def test_rename_inbox_moves_its_messages_and_leaves_it_empty(store, alice):
+    store.append(alice, "INBOX", message(1))
+    store.rename_mailbox(alice, "INBOX", "Old")
+    assert store.uids(store.mailbox(alice, "INBOX")) == []
+    old = store.mailbox(alice, "Old")
+    assert len(store.uids(old)) == 1
+
+
+def test_delete_and_recreate_gives_new_identity_and_frees_content(store, alice):
+    store.create_mailbox(alice, "Tmp")
+    store.append(alice, "Tmp", message(1, size=5000))
+    tmp = store.mailbox(alice, "Tmp")
+    assert len(content_rows(store)) == 1
+    store.delete_mailbox(alice, "Tmp")
+    assert content_rows(store) == []
+    start, stop = keys.message_range(tmp.id)
+    assert list(store.messages.table.scan(start=start, stop=stop)) == []
+    again = store.create_mailbox(alice, "Tmp")
+    assert again.id != tmp.id and again.uidvalidity != tmp.uidvalidity
+    assert store.append(alice, "Tmp", message(2))[1] == 1
+    with pytest.raises(InvalidName):
+        store.delete_mailbox(alice, "INBOX")
+
+
+def test_copy_shares_content_until_the_last_reference_goes(store, alice):
+    store.append(alice, "INBOX", message(1, size=3000))
+    inbox, archive = store.mailbox(alice, "INBOX"), store.mailbox(alice, "Archive")
+    assert store.copy(inbox, [1], archive) == [(1, 1)]
+    assert len(content_rows(store)) == 1
+    source = store.fetch(inbox, [1])[0]
+    assert store.content.refs(source.record.content) == 2
+    store.expunge(inbox, [1])
+    copy = store.fetch(store.mailbox(alice, "Archive"), [1])[0]
+    assert store.read_message(copy) == message(1, size=3000)
+    store.expunge(store.mailbox(alice, "Archive"), [1])
+    assert content_rows(store) == []
+
+
+def test_move_is_all_or_nothing_and_keeps_flags(store, alice):
+    for i in range(4):
+        store.append(alice, "INBOX", message(i))
+    inbox = store.mailbox(alice, "INBOX")
+    store.store_flags(inbox, [2], ["\\Seen"])
+    pairs = store.move(inbox, [1, 2, 3], store.mailbox(alice, "Archive"))
+    assert pairs == [(1, 1), (2, 2), (3, 3)]
+    inbox, archive = store.mailbox(alice, "INBOX"), store.mailbox(alice, "Archive")
+    assert store.uids(inbox) == [4] and store.uids(archive) == [1, 2, 3]
+    assert inbox.messages == 1 and archive.messages == 3 and archive.unseen == 2
+    flags = {v.uid: v.flags.names for v in store.fetch(archive, [1, 2, 3])}
+    assert flags[2] == {"\\Seen"}
+    for view in store.fetch(archive, [1, 2, 3]):
+        assert store.content.refs(view.record.content) == 1
+        assert store.read_message(view) == message(view.uid - 1)
+    assert store.transfers.pending(inbox.id) == []
+    assert Fsck(store).run(alice).ok
+
+
+def test_deliver_stores_content_once_for_every_recipient(store, alice):
+    bob = store.create_user("bob", "pw")
+    results = store.deliver([(alice, "INBOX"), (bob, "INBOX"), ("nobody", "INBOX")],
+                            message(7, size=20000))
+    assert [r.uid for r in results] == [1, 1, None]
+    assert isinstance(results[2].error, NotFound)
+    assert len(content_rows(store)) == 1
+    view = store.fetch(store.mailbox(bob, "INBOX"), [1])[0]
+    assert store.content.refs(view.record.content) == 2
+
+
+def test_bad_input_raises_typed_errors_and_writes_nothing(backend):
+    store = MailStore(backend, max_message_size=100_000)
+    user = store.create_user("carol", "pw")
+    for bad in ("", "a//b", "/a", "a/", "*", "a%b", "x\x00y", "../etc", "a/../b", "x" * 1001):
+        with pytest.raises(InvalidName):
+            store.create_mailbox(user, bad)
+    with pytest.raises(InvalidName):
+        store.create_user("bad user", "pw")
+    with pytest.raises(NotFound):
+        store.append(user, "Nope", message(1))
+    with pytest.raises(TooLarge):
+        store.append(user, "INBOX", message(1, size=200_000))
+    import io
+    with pytest.raises(TooLarge):  # streamed: size unknown until read
+        store.append(user, "INBOX", io.BytesIO(message(1, size=200_000)))
+    store.users.set_quota(user, storage=5000, messages=None)
+    store.append(user, "INBOX", message(1, size=3000))
+    with pytest.raises(OverQuota):
+        store.append(user, "INBOX", message(2, size=3000))
+    assert store.uids(store.mailbox(user, "INBOX")) == [1]
+    assert len(content_rows(store)) == 1
+
+
+def test_user_names_cannot_reach_other_users_mailboxes(store, alice):
+    store.create_user("alice2", "pw")
+    store.append("alice2", "INBOX", message(1))
+    # Mailbox names are looked up under the user's own prefix only.
+    for name in ("../alice2/INBOX", "alice2\x00INBOX"):
+        with pytest.raises((NotFound, InvalidName)):
+            store.mailbox(alice, name)
+    assert {m.owner for m in store.list_mailboxes(alice)} == {"alice"}
+
+
+def test_message_scans_stay_inside_their_mailbox(store, alice):
+    """James's expunge scan could run into the next mailbox; ours are bounded by prefix."""
+    low = b"\x11" * 15 + b"\x01"
+    high = b"\x11" * 15 + b"\x02"
+    for mailbox_id in (low, high):
+        store.messages.table.put(keys.message_key(mailbox_id, 1), {b"m:s": b"X"})
+    start, stop = keys.message_range(low)
+    assert [keys.message_key_mailbox(k) for k, _ in
+            store.messages.table.scan(start=start, stop=stop)] == [low]
+
+
+def test_subscriptions(store, alice):
+    store.subscribe(alice, "Nonexistent/Folder")
+    assert "Nonexistent/Folder" in store.subscriptions(alice)
+    store.unsubscribe(alice, "Nonexistent/Folder")
+    with pytest.raises(NotFound):
+        store.unsubscribe(alice, "Nonexistent/Folder")
+
+
+def test_delete_user_removes_everything(store, alice):
+    store.append(alice, "INBOX", message(1))
+    store.delete_user(alice)
+    assert content_rows(store) == []
+    assert store.list_mailboxes(alice) == []
+    with pytest.raises(NotFound):
+        store.user(alice)

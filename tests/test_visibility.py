@@ -1,0 +1,190 @@
+"""Visibility: UID order as readers see it (RFC 3501 2.3.1.1), abandoned UIDs, recovery, fsck.
+
+These tests stage the in-between states that crashes and slow writers leave, by doing half of
+an operation through the same tables the store uses.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+
+import pytest
+
+from mailstore import keys
+from mailstore.fsck import Fsck
+from mailstore.mailboxes import COUNT, MODSEQ, UID
+from mailstore.messages import STATE
+from mailstore.records import MOVING, with_state
+from mailstore.store import MailStore
+from tests.mailgen import message
+
+
+class FakeClock:
+    """An injectable clock whose sleep advances time instead of waiting."""
+
+    def __init__(self) -> None:
+        self.now = 1_800_000_000.0
+        self.lock = threading.Lock()
+
+    def time(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        with self.lock:
+            self.now += seconds
+
+
+@pytest.fixture
+def clock():
+    return FakeClock()
+
+
+@pytest.fixture
+def store(backend, clock):
+    return MailStore(backend, clock=clock.time, sleep=clock.sleep, abandon_after=5.0,
+                     intent_timeout=30.0)
+
+
+def test_a_message_committed_ahead_of_a_lower_uid_waits_for_it(store, clock):
+    """A reader must never see UID 2 before UID 1 when 2 commits first."""
+    user = store.create_user("u", "pw")
+    inbox = store.mailbox(user, "INBOX")
+    # A slow writer has allocated UID 1 but not committed it yet.
+    assert store.mailboxes.rows.increment(inbox.id, UID, 1) == 1
+    stored = store.ingest(message(1))
+    slow_record = None
+
+    def commit_slow_writer_while_waiting(seconds: float) -> None:
+        nonlocal slow_record
+        clock.sleep(seconds)
+        if slow_record is None:
+            # Meanwhile the reader sees nothing: UID 2 is committed but above the watermark.
+            assert store.uids(inbox) == []
+            from mailstore.records import MessageRecord
+            slow_record = MessageRecord(uid=1, content=stored.content_id, size=stored.size,
+                                        internal_date=clock.time(), modseq=99,
+                                        chunk_size=stored.chunk_size)
+            key = keys.message_key(inbox.id, 1)
+            store.messages.table.put(key, {b"f:v": (99).to_bytes(8, "big")})
+            assert store.messages.table.check_and_put(key, STATE, None, STATE,
+                                                      slow_record.encode())
+
+    store.messages.sleep = commit_slow_writer_while_waiting
+    _, uid = store.append(user, "INBOX", message(2))
+    assert uid == 2
+    assert store.uids(inbox) == [1, 2]
+
+
+def test_a_uid_whose_writer_died_is_abandoned_after_the_timeout(store, clock):
+    user = store.create_user("u", "pw")
+    inbox = store.mailbox(user, "INBOX")
+    store.mailboxes.rows.increment(inbox.id, UID, 1)  # allocated, writer then died
+    start = clock.time()
+    _, uid = store.append(user, "INBOX", message(2))
+    assert uid == 2 and clock.time() - start >= 5.0
+    assert store.uids(inbox) == [2]
+    # The dead writer comes back: its commit loses, so it can never appear below UID 2.
+    key = keys.message_key(inbox.id, 1)
+    assert not store.messages.table.check_and_put(key, STATE, None, STATE, b"C{}")
+    assert Fsck(store).run(user).ok
+
+
+def test_a_writer_that_lost_its_uid_takes_a_new_one(store, clock):
+    user = store.create_user("u", "pw")
+    inbox = store.mailbox(user, "INBOX")
+    original_put = store.messages.table.put
+    calls = []
+
+    def put_then_lose_the_race(key, cells):
+        original_put(key, cells)
+        if not calls:
+            calls.append(key)
+            store.messages.table.check_and_put(key, STATE, None, STATE, b"X")
+
+    store.messages.table.put = put_then_lose_the_race
+    _, uid = store.append(user, "INBOX", message(1))
+    assert uid == 2
+    assert store.uids(inbox) == [2]
+    assert store.messages.table.row(calls[0]) == {b"m:s": b"X"}
+
+
+def test_interrupted_move_is_rolled_forward_on_open(store, clock):
+    user = store.create_user("u", "pw")
+    for i in range(3):
+        store.append(user, "INBOX", message(i))
+    inbox, archive = store.mailbox(user, "INBOX"), store.mailbox(user, "Archive")
+    # Replay the first steps of a move of UIDs 1-3, then "crash": target UIDs allocated,
+    # intent written, two sources claimed, one target row written and committed.
+    store.mailboxes.rows.increment(archive.id, UID, 3)
+    store.mailboxes.rows.increment(archive.id, MODSEQ, 3)
+    store.transfers._begin(inbox.id, {"op": "move", "target": archive.id.hex(),
+                                      "pairs": [[1, 1], [2, 2], [3, 3]]})
+    views = store.fetch(inbox, [1, 2, 3], None)
+    for view in views[:2]:
+        key = keys.message_key(inbox.id, view.uid)
+        claimed = with_state(view.state_raw, MOVING)
+        assert store.messages.table.check_and_put(key, STATE, view.state_raw, STATE, claimed)
+        view.state_raw = claimed
+    store.transfers._place(archive, views[0], 1, 1)
+    # Before the timeout the intent is left to its (possibly live) owner.
+    assert store.mailbox(user, "INBOX").id == inbox.id
+    assert store.transfers.pending(inbox.id)
+    clock.sleep(31)
+    store.mailbox(user, "INBOX")  # opening the mailbox recovers it
+    assert store.transfers.pending(inbox.id) == []
+    assert store.uids(store.mailbox(user, "INBOX")) == []
+    assert store.uids(store.mailbox(user, "Archive")) == [1, 2, 3]
+    bodies = sorted(store.read_message(v)
+                    for v in store.fetch(store.mailbox(user, "Archive"), [1, 2, 3]))
+    assert bodies == sorted(message(i) for i in range(3))
+    Fsck(store, repair=True).run()
+    assert Fsck(store).run().ok
+
+
+def test_interrupted_expunge_is_finished_by_fsck(store, clock):
+    user = store.create_user("u", "pw")
+    for i in range(3):
+        store.append(user, "INBOX", message(i))
+    inbox = store.mailbox(user, "INBOX")
+    store.transfers._begin(inbox.id, {"op": "expunge", "uids": [1, 2]})
+    view = store.fetch(inbox, [1])[0]
+    store.messages.table.check_and_put(keys.message_key(inbox.id, 1), STATE, view.state_raw,
+                                       STATE, with_state(view.state_raw, b"D"))
+    # Claimed messages vanish at once; the rest of the set follows on recovery.
+    assert store.uids(inbox) == [2, 3]
+    report = Fsck(store, repair=True).run()
+    assert any(p.kind == "intent" for p in report.problems)
+    assert store.uids(store.mailbox(user, "INBOX")) == [3]
+    assert Fsck(store).run().ok
+    assert len(list(store.content.table.scan(start=b"", stop=b"\xff" * 17))) == 1
+
+
+def test_fsck_finds_and_repairs_injected_damage(store, clock):
+    user = store.create_user("u", "pw")
+    for i in range(4):
+        store.append(user, "INBOX", message(i, size=2000))
+    inbox = store.mailbox(user, "INBOX")
+    store.mailboxes.rows.increment(inbox.id, COUNT, 7)            # counter off by some
+    orphan = store.content.writer()                               # orphaned content
+    orphan.write(b"lost")
+    orphan.commit()
+    view = store.fetch(inbox, [2])[0]                             # a refcount too low
+    store.content.table.increment(view.record.content, b"r:refs", 2)
+    store.mailboxes.index.put(keys.index_key(user, "Ghost"), {b"i:id": b"\x01" * 16})
+    report = Fsck(store).run()
+    kinds = sorted(p.kind for p in report.problems)
+    assert kinds == ["content", "content", "counter", "index"], report.problems
+    assert not any(p.repaired for p in report.problems)
+    Fsck(store, repair=True).run()
+    assert Fsck(store).run().ok, Fsck(store).run().problems
+    assert store.mailbox(user, "INBOX").messages == 4
+    assert store.content.refs(view.record.content) == 1
+
+
+def test_intent_records_are_json_with_the_planned_uids(store, clock):
+    user = store.create_user("u", "pw")
+    store.append(user, "INBOX", message(1))
+    inbox = store.mailbox(user, "INBOX")
+    key = store.transfers._begin(inbox.id, {"op": "move", "target": "00" * 16, "pairs": [[1, 5]]})
+    assert json.loads(store.transfers.intents.row(key)[b"i:op"])["pairs"] == [[1, 5]]
