@@ -65,6 +65,7 @@ class Fsck:
         self.report = Report()
         self.progress = progress or (lambda text: None)
         self.refs: Counter[bytes] = Counter()
+        self.in_flight = False
 
     def run(self, user: str | None = None) -> Report:
         users = [self.store.users.get(user)] if user else self.store.users.list()
@@ -81,19 +82,33 @@ class Fsck:
     def check_user(self, user: str) -> None:
         store = self.store
         self.check_index(user)
+        mailboxes = store.mailboxes.list(user)
+        # Unfinished moves and expunges first: until they are rolled forward, counters and
+        # references are legitimately in between, so they are judged only afterwards.
+        in_flight: set[bytes] = set()
+        for mailbox in mailboxes:
+            pending = store.transfers.pending(mailbox.id)
+            if not pending:
+                continue
+            if self.repair:
+                done = store.transfers.recover(mailbox.id, max_age=0)
+                self.report.add("intent", mailbox.name,
+                                f"{done} unfinished move/expunge rolled forward", True)
+            else:
+                self.report.add("intent", mailbox.name, "unfinished move/expunge", False)
+                in_flight.add(mailbox.id)
+                in_flight.update(bytes.fromhex(op["target"]) for _, op, _ in pending
+                                 if op.get("op") == "move")
+        self.in_flight = self.in_flight or bool(in_flight)
         total_bytes = total_messages = 0
         for mailbox in store.mailboxes.list(user):
             self.report.checked["mailboxes"] += 1
-            if store.transfers.pending(mailbox.id):
-                if self.repair:
-                    done = store.transfers.recover(mailbox.id, max_age=0)
-                    self.report.add("intent", mailbox.name,
-                                    f"{done} unfinished move/expunge rolled forward", True)
-                else:
-                    self.report.add("intent", mailbox.name, "unfinished move/expunge", False)
-            count, size = self.check_mailbox(user, mailbox)
+            count, size = self.check_mailbox(user, mailbox,
+                                             judge_counters=mailbox.id not in in_flight)
             total_bytes += size
             total_messages += count
+        if in_flight:
+            return
         row = store.users.table.row(keys.user_key(user))
         for col, actual, label in ((USED_BYTES, total_bytes, "bytes"),
                                    (USED_MESSAGES, total_messages, "messages")):
@@ -116,7 +131,8 @@ class Fsck:
                 self.report.add("index", f"{user}:{name}", "index row points nowhere",
                                 self.repair)
 
-    def check_mailbox(self, user: str, mailbox: Mailbox) -> tuple[int, int]:
+    def check_mailbox(self, user: str, mailbox: Mailbox,
+                      judge_counters: bool = True) -> tuple[int, int]:
         """Check one mailbox's rows and counters; return its (messages, bytes)."""
         store = self.store
         table = store.messages.table
@@ -173,6 +189,8 @@ class Fsck:
                 store.messages.advance(mailbox.id, counters[UID])
             self.report.add("counter", where, f"watermark {counters[VISIBLE]} behind "
                             f"allocated uid {counters[UID]}", self.repair)
+        if not judge_counters:
+            return count, size
         deltas = {}
         for col, actual, label in ((COUNT, count, "messages"), (UNSEEN, unseen, "unseen"),
                                    (SIZE, size, "size")):
@@ -212,6 +230,10 @@ class Fsck:
     def check_content(self) -> None:
         """Reference counts against references; unfinished and unreferenced content."""
         store = self.store
+        if self.in_flight:
+            self.report.add("content", "all", "references not checked: moves or expunges are "
+                            "unfinished (run with --repair to finish them)", False)
+            return
         table = store.content.table
         now = store.clock()
         self.progress("checking content references")
