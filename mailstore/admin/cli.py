@@ -167,6 +167,8 @@ def cmd_hbase(args, cfg) -> int:
                 else table.scan(start=b"", stop=b"\xff" * 64, limit=args.limit))
         count = 0
         out = []
+        if not args.json:
+            print(f"{'ROW':<30} COLUMN+CELL")
         for key, cells in rows:
             count += 1
             for col in sorted(cells):
