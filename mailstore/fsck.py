@@ -8,7 +8,6 @@ What is checked (docs/decisions/0004-counters-and-fsck.md):
   highest UID; the watermark against UIDs left in flight; rows in odd states;
 * content: reference counts against the message rows that point to each content row, content
   never finished, content no message refers to;
-* per user: usage counters against the sum over their mailboxes.
 
 Counters are repaired by incrementing them by the difference, never by overwriting them, so a
 repair racing with live traffic cannot erase a concurrent change.  The content reference check
@@ -27,7 +26,6 @@ from .mailboxes import COUNT, DELETING, LIVE, SIZE, UID, UNSEEN, VISIBLE, Mailbo
 from .messages import BODY, ENVELOPE, FLAGS, HEADER, STATE
 from .records import ABANDONED, COMMITTED, MOVING, Flags, MessageRecord, state_of, with_state
 from .store import MailStore, purge_mailbox_messages
-from .users import USED_BYTES, USED_MESSAGES
 
 UNFINISHED_CONTENT_AGE = 3600
 """Seconds after which content without ``m:info`` is taken as abandoned by a dead writer."""
@@ -100,24 +98,9 @@ class Fsck:
                 in_flight.update(bytes.fromhex(op["target"]) for _, op, _ in pending
                                  if op.get("op") == "move")
         self.in_flight = self.in_flight or bool(in_flight)
-        total_bytes = total_messages = 0
         for mailbox in store.mailboxes.list(user):
             self.report.checked["mailboxes"] += 1
-            count, size = self.check_mailbox(user, mailbox,
-                                             judge_counters=mailbox.id not in in_flight)
-            total_bytes += size
-            total_messages += count
-        if in_flight:
-            return
-        row = store.users.table.row(keys.user_key(user))
-        for col, actual, label in ((USED_BYTES, total_bytes, "bytes"),
-                                   (USED_MESSAGES, total_messages, "messages")):
-            recorded = decode_counter(row.get(col))
-            if recorded != actual:
-                if self.repair:
-                    store.users.table.increment(keys.user_key(user), col, actual - recorded)
-                self.report.add("usage", user, f"{label} counter {recorded}, actual {actual}",
-                                self.repair)
+            self.check_mailbox(user, mailbox, judge_counters=mailbox.id not in in_flight)
 
     def check_index(self, user: str) -> None:
         index = self.store.mailboxes.index

@@ -44,7 +44,8 @@ def message_key_mailbox(key: bytes) -> bytes:
     return key[:UUID_LEN]
 
 
-def message_range(mailbox_id: bytes, low_uid: int = 1, high_uid: int = MAX_UID) -> tuple[bytes, bytes]:
+def message_range(mailbox_id: bytes, low_uid: int = 1,
+                  high_uid: int = MAX_UID) -> tuple[bytes, bytes]:
     """(start, stop) covering UIDs ``low_uid..high_uid`` inclusive of one mailbox.
 
     Keys sort newest first, so the start key is the *highest* UID's.

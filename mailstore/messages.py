@@ -119,8 +119,8 @@ def view_from_row(key: bytes, row: dict[bytes, bytes]) -> MessageView | None:
 
 class Messages:
     def __init__(self, backend: Backend, mailboxes: Mailboxes, content: ContentStore,
-                 clock: Callable[[], float] = time.time, sleep: Callable[[float], None] = time.sleep,
-                 abandon_after: float = 10.0):
+                 clock: Callable[[], float] = time.time,
+                 sleep: Callable[[float], None] = time.sleep, abandon_after: float = 10.0):
         self.table = backend.table(MESSAGES.name)
         self.boxes = mailboxes
         self.content = content
@@ -137,7 +137,9 @@ class Messages:
         ``source`` is bytes or a readable binary file.  Raises TooLarge (having removed what was
         written) as soon as more than ``max_size`` bytes have been read.
         """
-        stream = io.BytesIO(source) if isinstance(source, (bytes, bytearray, memoryview)) else source
+        if isinstance(source, (bytes, bytearray, memoryview)):
+            source = io.BytesIO(source)
+        stream = source
         writer = self.content.writer(refs)
         parser = StructureParser()
         head = bytearray()
@@ -296,8 +298,17 @@ class Messages:
                               batch_size=count + 5))
 
     def uids(self, mailbox_id: bytes) -> list[int]:
-        """Every visible UID, ascending (one scan of the small commit cells)."""
-        return [v.uid for v in self.scan(mailbox_id, columns=[STATE], batch_size=5000)]
+        """Every visible UID, ascending: one scan of the commit cells, nothing decoded but the
+        state byte (this runs on every SELECT of a 100,000-message mailbox)."""
+        mark = self.visible_uid(mailbox_id)
+        if mark < 1:
+            return []
+        start, stop = keys.message_range(mailbox_id, 1, mark)
+        base = keys.MAX_UID
+        rows = self.table.scan(start=start, stop=stop, columns=[STATE], reverse=True,
+                               batch_size=5000)
+        return [base - int.from_bytes(key[16:24], "big") for key, row in rows
+                if row[STATE][:1] in VISIBLE_STATES]
 
     def get(self, mailbox_id: bytes, uids: Iterable[int],
             columns: list[bytes] | None = SUMMARY) -> list[MessageView]:

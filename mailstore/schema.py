@@ -84,12 +84,12 @@ SUBSCRIPTIONS = TableDef(
 
 USERS = TableDef(
     name="JAMES_USERS",
-    purpose="Accounts: password hash (scrypt, never plain text), quota limits and usage.",
+    purpose="Accounts: password hash (scrypt, never plain text) and quota limits.",
     row_key="user name UTF-8 (lower case)",
     families={
         "a": "account: pw (scrypt hash string), created",
-        "l": "limits: storage, messages (8-byte counters; absent = unlimited)",
-        "u": "usage counters, increments only: bytes, messages",
+        "l": "limits: storage, messages (8-byte counters; absent = unlimited); usage is the "
+             "sum of the user's mailbox counters",
     },
     access="get by name at login and delivery; prefix-free bounded scan for `user list`",
 )
@@ -123,7 +123,7 @@ def ddl(prefix: str = "") -> str:
             out.append(f"#   {fam}: {doc}")
         out.append(f"#   access: {t.access}")
         fams = ", ".join(
-            "{NAME => '%s', VERSIONS => %d}" % (fam, opts["max_versions"])
+            f"{{NAME => '{fam}', VERSIONS => {opts['max_versions']}}}"
             for fam, opts in t.family_options().items())
         out.append(f"create '{name}', {fams}")
         out.append("")

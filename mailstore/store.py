@@ -7,6 +7,7 @@ thread-safe; the protocol edges run them off their event loops (``deferToThread`
 
 from __future__ import annotations
 
+import functools
 import io
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -22,9 +23,19 @@ from .messages import SUMMARY, Messages, MessageView, StoredContent
 from .records import COMMITTED, DELETING, MOVING, MessageRecord, state_of
 from .schema import create_schema
 from .transfers import Transfers
-from .users import User, Users
+from .users import User, Users, check_quota
 
 DEFAULT_MAX_MESSAGE = 64 * 1024 * 1024
+
+
+def durable(method):
+    """Sync the backend once before an operation is acknowledged (see Backend.sync)."""
+    @functools.wraps(method)
+    def wrapper(self, *args, **kwargs):
+        result = method(self, *args, **kwargs)
+        self.backend.sync()
+        return result
+    return wrapper
 
 
 @dataclass
@@ -75,6 +86,7 @@ class MailStore:
 
     # -- users ----------------------------------------------------------------------------------
 
+    @durable
     def create_user(self, name: str, password: str | None,
                     default_folders: bool = True) -> str:
         """Create an account with INBOX (and Drafts, Sent, Trash, Junk, Archive, subscribed)."""
@@ -96,6 +108,19 @@ class MailStore:
     def list_users(self) -> list[User]:
         return self.users.list()
 
+    def usage(self, user: str) -> tuple[int, int]:
+        """(bytes, messages) stored by ``user``: the sum of their mailbox counters."""
+        boxes = self.mailboxes.list(user)
+        return sum(m.size for m in boxes), sum(m.messages for m in boxes)
+
+    def check_quota(self, user: str, add_bytes: int, add_messages: int) -> None:
+        """Raise OverQuota if storing this much more would take ``user`` over a limit."""
+        account = self.users.get(user)
+        if account.storage_limit is None and account.message_limit is None:
+            return  # no limits: skip adding up the mailboxes
+        check_quota(account, self.usage(account.name), add_bytes, add_messages)
+
+    @durable
     def delete_user(self, name: str) -> None:
         """Remove a user with every mailbox, message and content reference."""
         user = self.users.get(name).name
@@ -106,6 +131,7 @@ class MailStore:
 
     # -- mailboxes ------------------------------------------------------------------------------
 
+    @durable
     def create_mailbox(self, user: str, name: str, special_use: str | None = None) -> Mailbox:
         """Create ``name`` (RFC 3501 6.3.3); missing parents are created too."""
         name = names.normalize_mailbox(name)
@@ -127,6 +153,7 @@ class MailStore:
     def list_mailboxes(self, user: str) -> list[Mailbox]:
         return self.mailboxes.list(user)
 
+    @durable
     def rename_mailbox(self, user: str, old: str, new: str) -> list[Mailbox]:
         """RENAME (RFC 3501 6.3.5).  Renaming INBOX moves its messages to a new mailbox and
         leaves INBOX empty, as the RFC requires."""
@@ -144,6 +171,7 @@ class MailStore:
                 pass
         return self.mailboxes.rename(user, old, new)
 
+    @durable
     def delete_mailbox(self, user: str, name: str) -> None:
         """DELETE (RFC 3501 6.3.4): the mailbox, every message in it, their content references.
 
@@ -163,9 +191,11 @@ class MailStore:
             self.transfers.intents.delete(key)
         self.mailboxes.remove_row(mailbox.id)
 
+    @durable
     def subscribe(self, user: str, name: str) -> None:
         self.mailboxes.subscribe(user, name)
 
+    @durable
     def unsubscribe(self, user: str, name: str) -> None:
         self.mailboxes.unsubscribe(user, name)
 
@@ -178,6 +208,7 @@ class MailStore:
         """Store content once for ``refs`` future message rows (see :meth:`add_stored`)."""
         return self.messages.ingest(source, refs, self.max_message_size)
 
+    @durable
     def append(self, user: str, mailbox_name: str, source, flags: Iterable[str] = (),
                internal_date: float | None = None) -> tuple[int, int]:
         """APPEND (RFC 3501 6.3.11): store a message; return (UIDVALIDITY, UID).
@@ -189,11 +220,11 @@ class MailStore:
         size = _known_size(source)
         if size is not None and size > self.max_message_size:
             raise TooLarge(f"message larger than {self.max_message_size} bytes")
-        self.users.check_quota(user, size or 0, 1)
+        self.check_quota(user, size or 0, 1)
         stored = self.ingest(source)
         try:
             if size is None:
-                self.users.check_quota(user, stored.size, 1)
+                self.check_quota(user, stored.size, 1)
             uid = self.add_stored(mailbox, stored, flags, internal_date)
         except BaseException:
             self.content.decref(stored.content_id)
@@ -204,9 +235,9 @@ class MailStore:
                    internal_date: float | None = None) -> int:
         """Add a message row for content already ingested (one of its references); its UID."""
         uid, _modseq = self.messages.add(mailbox, stored, flags, internal_date)
-        self.users.add_usage(mailbox.owner, stored.size, 1)
         return uid
 
+    @durable
     def deliver(self, recipients: Sequence[tuple[str, str]], source) -> list[Delivery]:
         """Deliver one message to several (user, mailbox) pairs, storing its content once.
 
@@ -217,7 +248,7 @@ class MailStore:
         results = []
         for user, name in recipients:
             try:
-                self.users.check_quota(user, stored.size, 1)
+                self.check_quota(user, stored.size, 1)
                 mailbox = self.mailboxes.get(user, name)
                 results.append(Delivery(user, mailbox.name, self.add_stored(mailbox, stored)))
             except (NotFound, OverQuota, InvalidName) as exc:
@@ -244,20 +275,24 @@ class MailStore:
     def read_message(self, view: MessageView) -> bytes:
         return self.messages.open_body(view).read()
 
+    @durable
     def store_flags(self, mailbox: Mailbox, uids: Iterable[int], flags: Iterable[str],
                     mode: str = "add", unchanged_since: int | None = None):
         return self.messages.store_flags(mailbox, uids, flags, mode, unchanged_since)
 
+    @durable
     def expunge(self, mailbox: Mailbox, uids: Iterable[int]) -> list[int]:
         return self.transfers.expunge(mailbox, uids)
 
+    @durable
     def copy(self, source: Mailbox, uids: Iterable[int], target: Mailbox
              ) -> list[tuple[int, int]]:
         uids = list(uids)
         views = self.messages.get(source.id, uids, SUMMARY)
-        self.users.check_quota(target.owner, sum(v.record.size for v in views), len(views))
+        self.check_quota(target.owner, sum(v.record.size for v in views), len(views))
         return self.transfers.copy(source, uids, target)
 
+    @durable
     def move(self, source: Mailbox, uids: Iterable[int], target: Mailbox
              ) -> list[tuple[int, int]]:
         if source.owner != target.owner:
@@ -278,17 +313,15 @@ def purge_mailbox_messages(store: MailStore, mailbox: Mailbox, batch: int = 500)
         if not rows:
             return removed
         table.mutate_rows([Mutation(k, delete_row=True) for k, _ in rows])
-        size = count = 0
+        count = 0
         for _key, row in rows:
             raw = row.get(b"m:s")
             if state_of(raw) in (COMMITTED, MOVING, DELETING):
                 record = MessageRecord.decode(raw)
-                size += record.size
                 count += 1
                 # A row mid-move keeps its reference for the target copy.
                 if state_of(raw) != MOVING:
                     store.content.decref(record.content)
-        store.users.add_usage(mailbox.owner, -size, -count)
         removed += count
 
 

@@ -37,10 +37,19 @@ from .messages import (
     HEADER,
     STATE,
     SUMMARY,
-    MessageView,
     Messages,
+    MessageView,
 )
-from .records import ABANDONED, COMMITTED, DELETING, MOVING, Flags, MessageRecord, state_of, with_state
+from .records import (
+    ABANDONED,
+    COMMITTED,
+    DELETING,
+    MOVING,
+    Flags,
+    MessageRecord,
+    state_of,
+    with_state,
+)
 from .schema import INTENTS
 from .users import Users
 
@@ -107,7 +116,6 @@ class Transfers:
         self.boxes.add_counts(mailbox.id, messages=-len(views), size=-size,
                               unseen=-sum(1 for v in views if not v.flags.seen))
         if drop_refs:
-            self.users.add_usage(mailbox.owner, -size, -len(views))
             for content_id, count in Counter(v.record.content for v in views).items():
                 self.content.decref(content_id, count)
 
@@ -123,9 +131,7 @@ class Transfers:
         views = [v for v in views if self.content.incref(v.record.content)]
         if not views:
             return []
-        pairs = self._insert(target, views)
-        self.users.add_usage(target.owner, sum(v.record.size for v in views), len(views))
-        return pairs
+        return self._insert(target, views)
 
     def _insert(self, target: Mailbox, views: list[MessageView]) -> list[tuple[int, int]]:
         """Write, commit and publish target rows for ``views``; return (old, new) UID pairs."""
@@ -188,7 +194,7 @@ class Transfers:
         intent = self._begin(source.id, {"op": "move", "target": target.id.hex(),
                                          "pairs": planned})
         moved, given_up = [], []
-        for view, (_, uid) in zip(views, planned):
+        for view, (_, uid) in zip(views, planned, strict=True):
             key = keys.message_key(source.id, view.uid)
             claimed = with_state(view.state_raw, MOVING)
             if self.messages.table.check_and_put(key, STATE, view.state_raw, STATE, claimed):

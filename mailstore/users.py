@@ -1,8 +1,9 @@
-"""Accounts: password hashes, quota limits and usage counters.
+"""Accounts: password hashes and quota limits.
 
 Passwords are hashed with scrypt from the standard library (memory-hard, no extra dependency);
 the stored string names its parameters so they can be raised later without breaking old hashes.
-Usage counters are kept by increments beside every mailbox counter change and repaired by fsck.
+A user's usage is not stored: it is the sum of their mailboxes' counters (one prefix scan and
+one multi-get), which saves a write on every append and a counter that could drift.
 """
 
 from __future__ import annotations
@@ -24,8 +25,6 @@ PASSWORD = b"a:pw"
 CREATED = b"a:created"
 LIMIT_STORAGE = b"l:storage"
 LIMIT_MESSAGES = b"l:messages"
-USED_BYTES = b"u:bytes"
-USED_MESSAGES = b"u:messages"
 
 # scrypt cost: ~50 ms and 16 MiB per hash on a 2-core machine.  Slow enough to make offline
 # guessing expensive, fast enough for a login storm.
@@ -35,8 +34,8 @@ _N, _R, _P = 2**14, 8, 1
 def hash_password(password: str) -> str:
     salt = os.urandom(16)
     digest = hashlib.scrypt(password.encode(), salt=salt, n=_N, r=_R, p=_P, dklen=32)
-    return "scrypt$%d$%d$%d$%s$%s" % (_N, _R, _P, base64.b64encode(salt).decode(),
-                                       base64.b64encode(digest).decode())
+    return (f"scrypt${_N}${_R}${_P}${base64.b64encode(salt).decode()}"
+            f"${base64.b64encode(digest).decode()}")
 
 
 def verify_password(password: str, stored: str) -> bool:
@@ -69,15 +68,12 @@ class User:
     name: str
     storage_limit: int | None
     message_limit: int | None
-    used_bytes: int
-    used_messages: int
 
     @classmethod
     def from_row(cls, name: str, row: dict[bytes, bytes]) -> User:
         def limit(col: bytes) -> int | None:
             return decode_counter(row[col]) if col in row else None
-        return cls(name, limit(LIMIT_STORAGE), limit(LIMIT_MESSAGES),
-                   decode_counter(row.get(USED_BYTES)), decode_counter(row.get(USED_MESSAGES)))
+        return cls(name, limit(LIMIT_STORAGE), limit(LIMIT_MESSAGES))
 
 
 class Users:
@@ -90,9 +86,7 @@ class Users:
         pw = hash_password(password) if password else "!"  # "!" never verifies
         if not self.table.check_and_put(keys.user_key(user), PASSWORD, None, PASSWORD, pw.encode()):
             raise AlreadyExists(f"user already exists: {user}")
-        self.table.put(keys.user_key(user), {CREATED: encode_counter(int(self.clock())),
-                                             USED_BYTES: encode_counter(0),
-                                             USED_MESSAGES: encode_counter(0)})
+        self.table.put(keys.user_key(user), {CREATED: encode_counter(int(self.clock()))})
         return user
 
     def get(self, name: str) -> User:
@@ -143,19 +137,15 @@ class Users:
         from .backends.base import Mutation
         self.table.mutate_rows([Mutation(keys.user_key(user), puts=puts, deletes=deletes)])
 
-    def check_quota(self, name: str, add_bytes: int, add_messages: int) -> None:
-        """Raise OverQuota if adding this much would exceed the user's limits.
 
-        Concurrent deliveries may together overshoot by what is in flight; usage is never lost.
-        """
-        user = self.get(name)
-        if user.storage_limit is not None and user.used_bytes + add_bytes > user.storage_limit:
-            raise OverQuota(f"storage quota exceeded for {user.name}")
-        if user.message_limit is not None and \
-                user.used_messages + add_messages > user.message_limit:
-            raise OverQuota(f"message quota exceeded for {user.name}")
 
-    def add_usage(self, name: str, size: int, messages: int) -> None:
-        deltas = {c: d for c, d in ((USED_BYTES, size), (USED_MESSAGES, messages)) if d}
-        if deltas:
-            self.table.increment_many(keys.user_key(name), deltas)
+def check_quota(user: User, used: tuple[int, int], add_bytes: int, add_messages: int) -> None:
+    """Raise OverQuota if adding this much to ``used`` (bytes, messages) exceeds the limits.
+
+    Concurrent deliveries may together overshoot by what is in flight; nothing is ever lost.
+    """
+    used_bytes, used_messages = used
+    if user.storage_limit is not None and used_bytes + add_bytes > user.storage_limit:
+        raise OverQuota(f"storage quota exceeded for {user.name}")
+    if user.message_limit is not None and used_messages + add_messages > user.message_limit:
+        raise OverQuota(f"message quota exceeded for {user.name}")

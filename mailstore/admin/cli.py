@@ -119,9 +119,11 @@ def cmd_user(args, cfg) -> int:
             print(json.dumps({"created": user}) if args.json else f"created user {user}")
         elif args.user_command == "list":
             users = store.list_users()
-            rows = [{"user": u.name, "messages": u.used_messages, "bytes": u.used_bytes,
-                     "storage_limit": u.storage_limit, "message_limit": u.message_limit}
-                    for u in users]
+            rows = []
+            for u in users:
+                used_bytes, used_messages = store.usage(u.name)
+                rows.append({"user": u.name, "messages": used_messages, "bytes": used_bytes,
+                             "storage_limit": u.storage_limit, "message_limit": u.message_limit})
             if args.json:
                 print(json.dumps(rows))
             else:

@@ -26,7 +26,8 @@ def open_backend(name: str, options: Mapping[str, object]) -> Backend:
     try:
         target = _REGISTRY[name]
     except KeyError:
-        raise ValueError(f"unknown backend {name!r} (known: {', '.join(backend_names())})")
+        known = ", ".join(backend_names())
+        raise ValueError(f"unknown backend {name!r} (known: {known})") from None
     module, _, cls = target.partition(":")
     factory: Callable[..., Backend] = getattr(import_module(module), cls)
     return factory(**options)

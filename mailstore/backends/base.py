@@ -88,7 +88,7 @@ class Table(abc.ABC):
 
     @abc.abstractmethod
     def row(self, row: bytes, columns: Columns = None) -> Row:
-        """Return the selected cells of ``row``; an empty dict if the row or the cells are absent."""
+        """The selected cells of ``row``; an empty dict if the row or the cells are absent."""
 
     @abc.abstractmethod
     def rows(self, rows: Sequence[bytes], columns: Columns = None) -> list[tuple[bytes, Row]]:
@@ -165,5 +165,14 @@ class Backend(abc.ABC):
     def delete_table(self, name: str) -> None:
         """Drop a table and everything in it (used by tests and by nothing else)."""
 
-    def close(self) -> None:
+    def sync(self) -> None:  # noqa: B027 - optional hook, a no-op for most backends
+        """Make every write that has returned durable: survive a power cut, not just a crash.
+
+        The mail store calls this once at the end of each operation it acknowledges (an APPEND
+        answered OK, a delivery answered 250), not after each of the operation's writes.  A
+        backend whose every write is durable when it returns (HBase, through its WAL) has
+        nothing to do.
+        """
+
+    def close(self) -> None:  # noqa: B027 - optional hook
         """Release connections and files.  The backend must not be used afterwards."""

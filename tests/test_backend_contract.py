@@ -1,0 +1,473 @@
+"""The storage contract (``mailstore.backends.base``), checked the same way on every backend.
+
+Every test taking ``backend`` runs against the embedded store and against the HBase backend over
+Thrift, so the two cannot drift apart: what the mail store may rely on is exactly what passes
+here on both.  The last tests are specific to the HBase backend (unreachable servers, transports)
+and to the test gateway's fidelity to HBase, on which the HBase runs depend.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+
+import pytest
+
+from mailstore.backends.base import Mutation, decode_counter, encode_counter
+from mailstore.backends.embedded import EmbeddedBackend
+from mailstore.errors import BackendUnavailable
+
+FAMILIES = {"m": {"max_versions": 1}, "f": {"max_versions": 1}}
+
+KEYS = [b"\x00", b"\x00\x00", b"\x00\xff", b"a", b"a\x00", b"a\x00\x00", b"a\x01", b"a\xfe",
+        b"a\xff", b"a\xff\x00", b"a\xff\xff", b"b", b"\xff", b"\xff\x00", b"\xff\xff"]
+SORTED = sorted(KEYS)   # Python compares bytes as memcmp does, which is HBase's row order
+
+
+@pytest.fixture
+def table(backend):
+    backend.create_table("CONTRACT", FAMILIES)
+    return backend.table("CONTRACT")
+
+
+@pytest.fixture
+def filled(table):
+    for key in reversed(KEYS):
+        table.put(key, {b"m:k": key})
+    return table
+
+
+def keys(rows):
+    return [key for key, _ in rows]
+
+
+def in_range(start, stop, reverse=False):
+    found = [k for k in SORTED if (start is None or k >= start) and (stop is None or k < stop)]
+    return found[::-1] if reverse else found
+
+
+# -- tables ---------------------------------------------------------------------------------
+
+def test_create_table_is_idempotent_and_tables_lists_them(backend):
+    assert backend.create_table("A_ONE", FAMILIES) is True
+    assert backend.create_table("A_ONE", FAMILIES) is False
+    assert backend.create_table("B_TWO", {"x": {"max_versions": 1}}) is True
+    assert backend.tables() == ["A_ONE", "B_TWO"]
+    backend.table("A_ONE").put(b"r", {b"m:a": b"1"})
+    backend.delete_table("A_ONE")
+    backend.delete_table("A_ONE")       # already gone: nothing to do
+    assert backend.tables() == ["B_TWO"]
+    assert backend.create_table("A_ONE", FAMILIES) is True
+    assert backend.table("A_ONE").row(b"r") == {}
+
+
+def test_a_missing_table_is_reported_as_unavailable(backend):
+    with pytest.raises(BackendUnavailable):
+        backend.table("NO_SUCH_TABLE").row(b"r")
+    with pytest.raises(BackendUnavailable):
+        backend.table("NO_SUCH_TABLE").put(b"r", {b"m:a": b"1"})
+
+
+# -- reads and column selections ------------------------------------------------------------
+
+def test_put_row_and_rows_with_family_and_column_selections(table):
+    table.put(b"r1", {b"m:a": b"1", b"m:b": b"2", b"f:x": b"3"})
+    table.put(b"r2", {b"f:x": b"4"})
+    whole = {b"m:a": b"1", b"m:b": b"2", b"f:x": b"3"}
+    assert table.row(b"r1") == whole
+    assert table.row(b"r1", [b"m"]) == {b"m:a": b"1", b"m:b": b"2"}
+    assert table.row(b"r1", [b"m:"]) == {b"m:a": b"1", b"m:b": b"2"}
+    assert table.row(b"r1", [b"m:a", b"f"]) == {b"m:a": b"1", b"f:x": b"3"}
+    # A family selected whole stays whole, in whatever order the selection names it.
+    assert table.row(b"r1", [b"m", b"m:a"]) == {b"m:a": b"1", b"m:b": b"2"}
+    assert table.row(b"r1", [b"m:a", b"m:"]) == {b"m:a": b"1", b"m:b": b"2"}
+    assert table.row(b"r1", [b"m:zz"]) == {}
+    assert table.row(b"r1", []) == {}
+    assert table.row(b"nope") == {}
+    assert table.rows([b"r2", b"nope", b"r1"]) == [(b"r2", {b"f:x": b"4"}), (b"r1", whole)]
+    assert table.rows([b"r1", b"r2"], [b"m"]) == [(b"r1", {b"m:a": b"1", b"m:b": b"2"})]
+    assert table.rows([b"r1", b"r2"], [b"f:x"]) == [(b"r1", {b"f:x": b"3"}),
+                                                     (b"r2", {b"f:x": b"4"})]
+    assert table.rows([]) == []
+    assert table.rows([b"r1"], []) == []
+    table.put(b"r1", {b"m:a": b"new"})
+    assert table.row(b"r1") == {**whole, b"m:a": b"new"}
+
+
+def test_binary_keys_sort_bytewise_and_values_round_trip_exactly(table):
+    values = [b"", b"\x00", b"0", b" ", b"\xff\xff", b"\x00" * 8, bytes(range(256))]
+    for i, key in enumerate(reversed(KEYS)):
+        table.put(key, {b"m:v": values[i % len(values)], b"f:" + key: key})
+    for i, key in enumerate(reversed(KEYS)):
+        assert table.row(key) == {b"m:v": values[i % len(values)], b"f:" + key: key}
+    assert keys(table.scan(start=b"\x00")) == SORTED
+    assert table.row(b"\x00") and table.row(b"\x00\x00") != table.row(b"\x00")
+    empty = [k for i, k in enumerate(reversed(KEYS)) if values[i % len(values)] == b""]
+    assert table.rows(empty, [b"m:v"]) == [(k, {b"m:v": b""}) for k in empty]
+
+
+# -- scans ----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("start, stop", [
+    (b"a", b"b"), (b"a\x00", b"a\xff"), (b"a\x01", b"a\xff\x00"), (None, b"a"), (b"a\xff", None),
+    (b"\x00", b"\xff\xff"), (b"a\x00\x00", b"a\x00\x00\x00"), (b"c", b"d"), (b"\x00", None)])
+def test_scan_ranges_forward_and_reverse(filled, start, stop):
+    assert keys(filled.scan(start=start, stop=stop)) == in_range(start, stop)
+    assert keys(filled.scan(start=start, stop=stop, reverse=True)) == in_range(start, stop, True)
+    for batch in (1, 2):
+        for limit in (1, 3):
+            assert (keys(filled.scan(start=start, stop=stop, reverse=True, batch_size=batch,
+                                     limit=limit)) == in_range(start, stop, True)[:limit])
+            assert (keys(filled.scan(start=start, stop=stop, batch_size=batch, limit=limit))
+                    == in_range(start, stop)[:limit])
+
+
+def test_reverse_scan_includes_start_and_excludes_stop(filled):
+    found = keys(filled.scan(start=b"a\x01", stop=b"a\xff", reverse=True))
+    assert found == [b"a\xfe", b"a\x01"]     # not a\xff (= stop), not a\x00\x00 (< start)
+    found = keys(filled.scan(start=b"a", stop=b"a\x01", reverse=True))
+    assert found == [b"a\x00\x00", b"a\x00", b"a"]
+
+
+@pytest.mark.parametrize("prefix", [b"a", b"a\x00", b"a\xff", b"\xff", b"\xff\xff", b"\x00",
+                                    b"zz"])
+def test_prefix_scans_including_prefixes_ending_in_ff(filled, prefix):
+    expected = [k for k in SORTED if k.startswith(prefix)]
+    assert keys(filled.scan(prefix=prefix)) == expected
+    assert keys(filled.scan(prefix=prefix, reverse=True)) == expected[::-1]
+    assert keys(filled.scan(prefix=prefix, reverse=True, batch_size=1, limit=2)) == \
+        expected[::-1][:2]
+    assert [row for _, row in filled.scan(prefix=prefix)] == [{b"m:k": k} for k in expected]
+
+
+def test_scan_limit(filled):
+    assert keys(filled.scan(start=b"a", stop=b"b", limit=3)) == in_range(b"a", b"b")[:3]
+    assert keys(filled.scan(start=b"a", stop=b"b", limit=100)) == in_range(b"a", b"b")
+    assert keys(filled.scan(start=b"a", stop=b"b", limit=0)) == []
+
+
+def test_scan_column_selection_skips_rows_without_selected_cells(table):
+    for i in range(12):
+        table.put(b"k%02d" % i, {b"m:a": b"%d" % i})
+        if i % 3 == 0:
+            table.put(b"k%02d" % i, {b"f:x": b"x%d" % i})
+    with_f = [b"k00", b"k03", b"k06", b"k09"]
+    assert keys(table.scan(prefix=b"k", columns=[b"f"])) == with_f
+    assert keys(table.scan(prefix=b"k", columns=[b"f:x", b"m:nope"], batch_size=1)) == with_f
+    assert keys(table.scan(prefix=b"k", columns=[b"f"], reverse=True)) == with_f[::-1]
+    assert keys(table.scan(prefix=b"k", columns=[b"f"], batch_size=1, limit=2)) == with_f[:2]
+    assert (keys(table.scan(prefix=b"k", columns=[b"f"], reverse=True, batch_size=1, limit=3))
+            == with_f[::-1][:3])
+    assert dict(table.scan(prefix=b"k", columns=[b"f:"]))[b"k03"] == {b"f:x": b"x3"}
+    assert list(table.scan(prefix=b"k", columns=[b"m:nope"])) == []
+    assert list(table.scan(prefix=b"k", columns=[])) == []
+
+
+@pytest.mark.parametrize("batch", [1, 2, 7, 25, 1000])
+def test_scan_batches_smaller_than_the_result(table, batch):
+    all_keys = [b"row%03d" % i for i in range(25)]
+    for key in all_keys:
+        table.put(key, {b"m:a": key, b"f:b": key})
+    for reverse in (False, True):
+        expected = all_keys[::-1] if reverse else all_keys
+        for limit in (None, 1, 7, 24, 25, 30):
+            found = list(table.scan(prefix=b"row", batch_size=batch, limit=limit,
+                                    reverse=reverse))
+            assert keys(found) == expected[:limit]
+            assert all(row == {b"m:a": key, b"f:b": key} for key, row in found)
+
+
+def test_unbounded_and_ambiguous_scans_are_refused(table):
+    with pytest.raises(ValueError):
+        list(table.scan())
+    with pytest.raises(ValueError):
+        list(table.scan(reverse=True, limit=1))
+    with pytest.raises(ValueError):
+        list(table.scan(prefix=b"a", start=b"a"))
+
+
+# -- writes ---------------------------------------------------------------------------------
+
+def test_mutate_rows_applies_each_rows_changes_in_order(table):
+    table.put(b"r1", {b"m:a": b"1", b"m:b": b"2", b"f:x": b"3"})
+    table.put(b"r2", {b"m:a": b"1", b"f:x": b"2", b"f:y": b"3"})
+    table.put(b"r3", {b"m:a": b"1", b"f:x": b"2"})
+    table.put(b"r4", {b"m:a": b"1"})
+    table.put(b"r7", {b"m:a": b"1", b"f:old": b"2", b"f:x": b"3"})
+    table.mutate_rows([
+        Mutation(b"r1", puts={b"m:c": b"new"}, deletes=[b"m:a", b"f:"]),
+        Mutation(b"r2", delete_row=True, puts={b"f:x": b"fresh"}),
+        Mutation(b"r3", puts={b"f:x": b"again"}, deletes=[b"f:x", b"m"]),
+        Mutation(b"r4", puts={b"m:z": b"1"}),
+        Mutation(b"r4", deletes=[b"m:a"]),
+        Mutation(b"r4", puts={b"m:a": b"back"}, deletes=[b"m:z"]),
+        Mutation(b"r5", puts={b"m:a": b"new row"}),
+        Mutation(b"r6", delete_row=True),
+        Mutation(b"r7", deletes=[b"f:"], puts={b"f:new": b"n"}),
+    ])
+    assert table.row(b"r1") == {b"m:b": b"2", b"m:c": b"new"}
+    assert table.row(b"r2") == {b"f:x": b"fresh"}
+    assert table.row(b"r3") == {b"f:x": b"again"}
+    assert table.row(b"r4") == {b"m:a": b"back"}
+    assert table.row(b"r5") == {b"m:a": b"new row"}
+    assert table.row(b"r6") == {}
+    assert table.row(b"r7") == {b"m:a": b"1", b"f:new": b"n"}
+    table.mutate_rows([])
+
+
+def test_delete_selected_cells_and_whole_rows(table):
+    table.put(b"r", {b"m:a": b"1", b"m:b": b"2", b"f:x": b"3"})
+    table.delete(b"r", [b"m:a"])
+    assert table.row(b"r") == {b"m:b": b"2", b"f:x": b"3"}
+    table.delete(b"r", [b"f"])
+    assert table.row(b"r") == {b"m:b": b"2"}
+    table.delete(b"r", [])
+    assert table.row(b"r") == {b"m:b": b"2"}
+    table.delete(b"r")
+    assert table.row(b"r") == {}
+
+
+def test_writes_right_after_deletes_are_not_lost(table):
+    """HBase hides a put stamped in the same millisecond as a delete marker covering it."""
+    for i in range(25):
+        value = b"%d" % i
+        table.mutate_rows([Mutation(b"row", delete_row=True, puts={b"m:a": value})])
+        assert table.row(b"row") == {b"m:a": value}
+        table.delete(b"row")
+        table.put(b"row", {b"m:a": value, b"f:x": value})
+        assert table.row(b"row") == {b"m:a": value, b"f:x": value}
+        table.delete(b"row", [b"m:a"])
+        assert table.check_and_put(b"row", b"m:a", None, b"m:a", value) is True
+        table.mutate_rows([Mutation(b"row", deletes=[b"f"])])
+        table.mutate_rows([Mutation(b"row", puts={b"f:x": value})])
+        assert table.row(b"row") == {b"m:a": value, b"f:x": value}
+
+
+def test_increment_returns_new_values_stored_as_8_byte_big_endian_signed(table):
+    assert table.increment(b"c", b"m:n") == 1
+    assert table.increment(b"c", b"m:n", 41) == 42
+    assert table.increment(b"c", b"m:n", -50) == -8
+    assert table.increment(b"c", b"m:n", 0) == -8
+    raw = table.row(b"c", [b"m:n"])[b"m:n"]
+    assert raw == b"\xff" * 7 + b"\xf8" == encode_counter(-8)
+    table.put(b"c", {b"m:p": encode_counter(2**40)})
+    assert table.increment(b"c", b"m:p", 1) == 2**40 + 1
+    assert table.increment(b"c", b"m:big", 2**62) == 2**62
+    assert table.row(b"c", [b"m:big"])[b"m:big"] == b"\x40" + b"\x00" * 7
+
+
+def test_increment_many(table):
+    table.increment_many(b"c", {b"m:a": 1, b"m:b": -2, b"f:c": 3})
+    table.increment_many(b"c", {b"m:a": 10, b"m:b": -2})
+    table.increment_many(b"c", {})
+    row = table.row(b"c")
+    assert {col: decode_counter(raw) for col, raw in row.items()} == \
+        {b"m:a": 11, b"m:b": -4, b"f:c": 3}
+    assert all(len(raw) == 8 for raw in row.values())
+
+
+def test_check_and_put(table):
+    assert table.check_and_put(b"r", b"m:owner", None, b"m:owner", b"alice") is True
+    assert table.check_and_put(b"r", b"m:owner", None, b"m:owner", b"bob") is False
+    assert table.row(b"r") == {b"m:owner": b"alice"}
+    assert table.check_and_put(b"r", b"m:owner", b"bob", b"m:owner", b"carol") is False
+    assert table.check_and_put(b"r", b"m:owner", b"alic", b"m:owner", b"carol") is False
+    assert table.check_and_put(b"r", b"m:owner", b"alice", b"m:owner", b"carol") is True
+    # Checks one cell, puts one (possibly other) cell, and touches nothing else.
+    assert table.check_and_put(b"r", b"m:owner", b"carol", b"f:note", b"hi") is True
+    assert table.row(b"r") == {b"m:owner": b"carol", b"f:note": b"hi"}
+    # An empty expected value means "absent", as in HBase.
+    assert table.check_and_put(b"r", b"m:slot", b"", b"m:slot", b"x") is True
+    assert table.check_and_put(b"r", b"m:slot", b"", b"m:slot", b"y") is False
+    assert table.check_and_put(b"other", b"m:owner", b"carol", b"m:owner", b"z") is False
+    assert table.row(b"other") == {}
+
+
+def run_threads(count, work):
+    errors = []
+
+    def guarded():
+        try:
+            work()
+        except BaseException as exc:    # reported below, in the test's thread
+            errors.append(exc)
+
+    threads = [threading.Thread(target=guarded) for _ in range(count)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+
+
+def test_check_and_put_is_atomic_under_contention(table):
+    threads, rounds = 8, 15
+
+    def work():
+        done = 0
+        while done < rounds:
+            current = table.row(b"ctr", [b"m:n"]).get(b"m:n")
+            new = encode_counter(decode_counter(current) + 1)
+            if table.check_and_put(b"ctr", b"m:n", current, b"m:n", new):
+                done += 1
+
+    run_threads(threads, work)
+    assert decode_counter(table.row(b"ctr")[b"m:n"]) == threads * rounds
+
+
+def test_increments_are_atomic_under_contention(table):
+    run_threads(6, lambda: [table.increment(b"ctr", b"m:n") for _ in range(20)])
+    assert table.increment(b"ctr", b"m:n", 0) == 120
+
+
+# -- the HBase backend only -----------------------------------------------------------------
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_hbase_backend_reports_an_unreachable_server_at_start_up():
+    from mailstore.backends.hbase import HBaseBackend
+
+    port = free_port()
+    with pytest.raises(BackendUnavailable, match=f"127.0.0.1:{port}"):
+        HBaseBackend(host="127.0.0.1", port=port)
+
+
+@pytest.fixture
+def gateway(tmp_path):
+    from mailstore.testing.thrift_gateway import ThriftGateway
+
+    with ThriftGateway(str(tmp_path / "gw")) as gw:
+        yield gw
+
+
+@pytest.fixture
+def hbase(gateway):
+    from mailstore.backends.hbase import HBaseBackend
+
+    backend = HBaseBackend(host="127.0.0.1", port=gateway.port, table_prefix="x", pool_size=3)
+    yield backend
+    backend.close()
+
+
+def test_hbase_backend_fails_cleanly_while_the_server_is_down_and_recovers(gateway, hbase):
+    hbase.create_table("T", FAMILIES)
+    t = hbase.table("T")
+    t.put(b"r", {b"m:a": b"1"})
+    gateway.stop()
+    calls = [lambda: t.row(b"r"), lambda: t.put(b"r", {b"m:a": b"2"}), hbase.tables,
+             lambda: list(t.scan(prefix=b"r")), lambda: t.increment(b"r", b"m:n"),
+             lambda: t.check_and_put(b"r", b"m:a", None, b"m:a", b"3"), lambda: t.delete(b"r")]
+    for call in calls:
+        with pytest.raises(BackendUnavailable, match="unreachable"):
+            call()
+    gateway.start()     # same port: the pooled connections must be replaced, not reused broken
+    run_threads(3, lambda: [t.row(b"r") for _ in range(5)])
+    assert t.row(b"r") == {b"m:a": b"1"}
+
+
+def test_hbase_backend_reconnects_when_the_server_dropped_idle_connections(gateway, hbase):
+    hbase.create_table("T", FAMILIES)
+    t = hbase.table("T")
+    run_threads(3, lambda: t.put(b"r", {b"m:a": b"1"}))
+    gateway.stop()
+    gateway.start()     # every pooled connection is now closed by the server
+    run_threads(3, lambda: t.put(b"r", {b"m:a": b"2"}))
+    assert t.row(b"r") == {b"m:a": b"2"}
+
+
+def test_hbase_table_prefixes_keep_stores_apart(gateway, hbase):
+    from mailstore.backends.hbase import HBaseBackend
+
+    other = HBaseBackend(host="127.0.0.1", port=gateway.port, table_prefix="y", pool_size=1)
+    try:
+        hbase.create_table("T", FAMILIES)
+        assert other.tables() == []
+        assert other.create_table("T", FAMILIES) is True
+        other.table("T").put(b"r", {b"m:a": b"y"})
+        assert hbase.table("T").row(b"r") == {}
+        assert sorted(gateway.store.tables()) == ["x_T", "y_T"]
+    finally:
+        other.close()
+
+
+def test_hbase_backend_over_framed_transport_and_compact_protocol(tmp_path):
+    from mailstore.backends.hbase import HBaseBackend
+    from mailstore.testing.thrift_gateway import ThriftGateway
+
+    with ThriftGateway(str(tmp_path / "gw"), transport="framed", protocol="compact") as gw:
+        hb = HBaseBackend(host="127.0.0.1", port=gw.port, transport="framed",
+                          protocol="compact", table_prefix="fc")
+        try:
+            assert hb.create_table("T", FAMILIES) is True
+            t = hb.table("T")
+            for key in KEYS:
+                t.put(key, {b"m:k": key, b"f:x": b""})
+            assert keys(t.scan(start=b"a", stop=b"b", reverse=True, batch_size=2)) == \
+                in_range(b"a", b"b", True)
+            assert t.rows([b"b", b"a"], [b"f"]) == [(b"b", {b"f:x": b""}), (b"a", {b"f:x": b""})]
+            t.mutate_rows([Mutation(b"a", delete_row=True, puts={b"f:y": b"1"})])
+            assert t.row(b"a") == {b"f:y": b"1"}
+            assert t.increment(b"n", b"m:c", -3) == -3
+            t.increment_many(b"n", {b"m:c": 5, b"m:d": 1})
+            assert t.check_and_put(b"n", b"m:c", encode_counter(2), b"m:e", b"ok") is True
+            assert t.row(b"n", [b"m:e"]) == {b"m:e": b"ok"}
+            hb.delete_table("T")
+            assert hb.tables() == []
+        finally:
+            hb.close()
+
+
+# -- the gateway is as awkward as HBase (so the HBase runs above prove something) ------------
+
+def test_gateway_reads_hbase_columns_and_mutations_as_hbase_does(gateway):
+    import happybase
+
+    conn = happybase.Connection("127.0.0.1", gateway.port)
+    try:
+        conn.create_table("G", {"m": {}, "f": {}})
+        t = conn.table("G")
+        t.put(b"r", {b"m:a": b"1", b"m:": b"empty qualifier"})
+        assert t.row(b"r", [b"m:"]) == {b"m:": b"empty qualifier"}     # not the family
+        assert t.row(b"r", [b"m", b"m:a"]) == {b"m:a": b"1"}          # addColumn narrows
+        # mutateRows: every put first, every delete after; the put is lost.
+        with t.batch() as b:
+            b.delete(b"r", [b"m"])
+            b.put(b"r", {b"m:a": b"2"})
+        assert t.row(b"r") == {}
+        # mutateRow: the delete's marker hides the put of the same millisecond.
+        from Hbase_thrift import Mutation as TMutation
+
+        conn.client.mutateRow(b"G", b"r", [TMutation(isDelete=True, column=b"m"),
+                                           TMutation(isDelete=False, column=b"m:a", value=b"3")],
+                              {})
+        assert t.row(b"r") == {}
+        # Reversed scans start at startRow, inclusive.
+        for key in (b"a", b"b", b"c"):
+            t.put(key, {b"f:x": key})
+        assert [k for k, _ in t.scan(row_start=b"b", row_stop=b"a", reverse=True)] == [b"b"]
+    finally:
+        conn.close()
+
+
+def test_gateway_serves_a_store_filled_directly(tmp_path):
+    from mailstore.testing.thrift_gateway import ThriftGateway
+
+    store = EmbeddedBackend(str(tmp_path / "s"))
+    store.create_table("PRE", {"m": {"max_versions": 1}})
+    store.table("PRE").put(b"r", {b"m:a": b"1"})
+    try:
+        with ThriftGateway(store) as gw:
+            from mailstore.backends.hbase import HBaseBackend
+
+            hb = HBaseBackend(host="127.0.0.1", port=gw.port)
+            try:
+                assert hb.tables() == ["PRE"]
+                assert hb.table("PRE").row(b"r") == {b"m:a": b"1"}
+            finally:
+                hb.close()
+    finally:
+        store.close()
