@@ -48,7 +48,7 @@ SCHEMA: dict[str, dict[str, Key]] = {
         "data_dir": Key(str, "data"),
         "synchronous": Key(_choice("FULL", "NORMAL"), "FULL"),
         "chunk_size": Key(lambda t: check_chunk_size(int(t)), DEFAULT_CHUNK),
-        "read_ahead": Key(int, 4),
+        "read_ahead": Key(int, 2),
         "max_message_size": Key(int, 64 * 1024 * 1024),
         "abandon_after": Key(float, 10.0),
         "intent_timeout": Key(float, 60.0),

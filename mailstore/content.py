@@ -57,6 +57,7 @@ class ChunkWriter(io.RawIOBase):
         self.size = 0
         self._clock = clock
         self._buffer = bytearray()
+        self._full: bytes | None = None  # a complete chunk held back for commit
         self._chunks = 0
         self._committed = False
 
@@ -67,14 +68,44 @@ class ChunkWriter(io.RawIOBase):
         if self._committed:
             raise ValueError("write to committed content")
         view = memoryview(data).cast("B")
-        self._buffer += view
-        self.size += len(view)
-        # Strictly greater: a last full chunk stays buffered until more data or commit, so
-        # commit can put it together with m:info (one round trip for most messages).
-        while len(self._buffer) > self.chunk_size:
-            self._put_chunk(bytes(self._buffer[:self.chunk_size]))
-            del self._buffer[:self.chunk_size]
-        return len(view)
+        size = len(view)
+        self.size += size
+        pos = 0
+        # Fill the buffer from a view of ``data`` up to one chunk at a time, never appending a
+        # whole piece first: memory stays at the caller's piece + one partial + one new chunk.
+        while pos < size:
+            need = self.chunk_size - len(self._buffer)
+            if not self._buffer and size - pos >= self.chunk_size:
+                if pos == 0 and size == self.chunk_size and isinstance(data, bytes):
+                    chunk = data  # the streaming case: reads of exactly one chunk, no copy
+                else:
+                    self._release_held()
+                    chunk = bytes(view[pos:pos + self.chunk_size])
+                pos += self.chunk_size
+                self._hold(chunk)
+                continue
+            take = view[pos:pos + need]
+            self._buffer += take
+            pos += len(take)
+            if len(self._buffer) == self.chunk_size:
+                self._release_held()
+                chunk = bytes(self._buffer)
+                self._buffer = bytearray()
+                self._hold(chunk)
+        if self._buffer:  # more follows the held chunk: it is not the last one
+            self._release_held()
+        return size
+
+    def _release_held(self) -> None:
+        if self._full is not None:
+            held, self._full = self._full, None
+            self._put_chunk(held)
+
+    def _hold(self, chunk: bytes) -> None:
+        """Hold the newest full chunk back: if nothing follows it, commit puts it together with
+        m:info (one round trip for most messages)."""
+        self._release_held()
+        self._full = chunk
 
     def _put_chunk(self, data: bytes, extra: dict[bytes, bytes] | None = None) -> None:
         self._chunks += 1
@@ -89,11 +120,17 @@ class ChunkWriter(io.RawIOBase):
         """Write the last chunk with the content's info and reference count; return its id."""
         if self._committed:
             return self.content_id
-        info = json.dumps({"size": self.size, "chunks": self._chunks + (1 if self._buffer else 0),
+        if self._full is not None and self._buffer:
+            self._put_chunk(self._full)
+            self._full = None
+        last = self._full if self._full is not None else bytes(self._buffer)
+        self._full = None
+        chunks = self._chunks + (1 if last else 0)
+        info = json.dumps({"size": self.size, "chunks": chunks,
                            "chunk_size": self.chunk_size}).encode()
         extra = {INFO: info, REFS: encode_counter(self.refs)}
-        if self._buffer:
-            self._put_chunk(bytes(self._buffer), extra)
+        if last:
+            self._put_chunk(last, extra)
         elif self._chunks == 0:  # empty content: no chunk at all
             self.table.put(self.content_id, {STARTED: encode_counter(int(self._clock())), **extra})
         else:
@@ -105,6 +142,7 @@ class ChunkWriter(io.RawIOBase):
     def abort(self) -> None:
         """Forget the content: remove every chunk written so far."""
         self._buffer = bytearray()
+        self._full = None
         if self._chunks or self._committed:
             self.table.delete(self.content_id)
         self._committed = True
@@ -119,7 +157,7 @@ class ChunkReader(io.RawIOBase):
     """
 
     def __init__(self, table: Table, content_id: bytes, size: int, chunk_size: int,
-                 read_ahead: int = 4):
+                 read_ahead: int = 2):
         super().__init__()
         self.table = table
         self.content_id = content_id
@@ -200,7 +238,7 @@ class ChunkReader(io.RawIOBase):
 class ContentStore:
     """Writes, reads and reference-counts content rows."""
 
-    def __init__(self, table: Table, chunk_size: int = DEFAULT_CHUNK, read_ahead: int = 4,
+    def __init__(self, table: Table, chunk_size: int = DEFAULT_CHUNK, read_ahead: int = 2,
                  clock: Callable[[], float] = time.time):
         self.table = table
         self.chunk_size = check_chunk_size(chunk_size)

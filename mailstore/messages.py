@@ -103,6 +103,16 @@ class MessageView:
         return max(self.record.modseq, self.flags.modseq)
 
 
+def _header_end(data: bytearray) -> int | None:
+    """Offset just past the blank line that ends a header block, if it is in ``data``."""
+    if data.startswith(b"\r\n"):
+        return 2
+    if data.startswith(b"\n"):
+        return 1
+    ends = [i + n for i, n in ((data.find(b"\n\r\n"), 3), (data.find(b"\n\n"), 2)) if i >= 0]
+    return min(ends) if ends else None
+
+
 def view_from_row(key: bytes, row: dict[bytes, bytes]) -> MessageView | None:
     """A MessageView, or None when the row is not visible (pending, abandoned, deleting)."""
     raw = row.get(STATE)
@@ -143,6 +153,7 @@ class Messages:
         writer = self.content.writer(refs)
         parser = StructureParser()
         head = bytearray()
+        head_done = False
         try:
             while True:
                 piece = stream.read(writer.chunk_size)
@@ -150,8 +161,14 @@ class Messages:
                     break
                 if max_size is not None and writer.size + len(piece) > max_size:
                     raise TooLarge(f"message larger than {max_size} bytes")
-                if len(head) < HEADER_CAP:
+                if not head_done:
+                    # Keep bytes only until the header block has ended (or the cap), so a big
+                    # message costs no more than its header here.
                     head += piece[:HEADER_CAP - len(head)]
+                    end = _header_end(head)
+                    if end is not None or len(head) >= HEADER_CAP:
+                        del head[end or HEADER_CAP:]
+                        head_done = True
                 parser.feed(piece)
                 writer.write(piece)
             info = parser.close()

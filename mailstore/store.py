@@ -59,7 +59,7 @@ class MailStore:
     """
 
     def __init__(self, backend: Backend, *, chunk_size: int = DEFAULT_CHUNK,
-                 max_message_size: int = DEFAULT_MAX_MESSAGE, read_ahead: int = 4,
+                 max_message_size: int = DEFAULT_MAX_MESSAGE, read_ahead: int = 2,
                  clock: Callable[[], float] = time.time,
                  sleep: Callable[[float], None] = time.sleep,
                  abandon_after: float = 10.0, intent_timeout: float = 60.0,

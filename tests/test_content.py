@@ -126,7 +126,7 @@ def test_sequential_reads_fetch_ahead_in_one_round_trip(table):
     reader = ChunkReader(counting, content_id, len(data), CHUNK, read_ahead=4)
     out = b"".join(iter(lambda: reader.read(CHUNK), b""))
     assert out == data
-    assert len(counting.gets) <= 3  # first chunk, then 4 at a time
+    assert len(counting.gets) <= 3  # first chunk, then 4 at a time (read_ahead=4 here)
 
 
 def test_abort_removes_everything_written(table):
