@@ -199,6 +199,19 @@ class EmbeddedTable(Table):
             self.mutate_rows([Mutation(row, deletes=columns)])
 
     def mutate_rows(self, mutations: Sequence[Mutation]) -> None:
+        if len(mutations) == 1 and not mutations[0].deletes and not mutations[0].delete_row:
+            # One row of puts is one multi-row INSERT: a single statement is atomic on its own,
+            # which saves the BEGIN/COMMIT round of a transaction (puts are the hot path).
+            m = mutations[0]
+            if not m.puts:
+                return
+            marks = ",".join(["(?, ?, ?)"] * len(m.puts))
+            params: list[bytes] = []
+            for col, val in m.puts.items():
+                params += (m.row, col, bytes(val))
+            self.backend._single(
+                f"INSERT OR REPLACE INTO {self._sql} (row, col, val) VALUES {marks}", params)
+            return
         with self.backend._write() as db:
             for m in mutations:
                 self._apply(db, m)
@@ -218,36 +231,60 @@ class EmbeddedTable(Table):
                            [(m.row, col, bytes(val)) for col, val in m.puts.items()])
 
     def increment(self, row: bytes, column: bytes, delta: int = 1) -> int:
-        with self.backend._write() as db:
-            return self._increment(db, row, column, delta)
+        found = self.backend._single(self._upsert_sql + " RETURNING val",
+                                     [row, column, delta, delta]).fetchall()
+        return decode_counter(found[0][0])
+
+    @property
+    def _upsert_sql(self) -> str:
+        # One atomic statement: insert the counter or add to it (be64_add, see _be64_add).
+        return (f"INSERT INTO {self._sql} (row, col, val) VALUES (?, ?, be64_add(NULL, ?)) "
+                "ON CONFLICT (row, col) DO UPDATE SET val = be64_add(val, ?)")
 
     def increment_many(self, row: bytes, deltas: Mapping[bytes, int]) -> None:
         with self.backend._write() as db:
             for column, delta in deltas.items():
                 self._increment(db, row, column, delta)
 
-    def _increment(self, db: sqlite3.Connection, row: bytes, column: bytes, delta: int) -> int:
-        found = db.execute(f"SELECT val FROM {self._sql} WHERE row = ? AND col = ?",
-                           (row, column)).fetchone()
-        value = decode_counter(found[0] if found else None) + delta
-        db.execute(f"INSERT OR REPLACE INTO {self._sql} (row, col, val) VALUES (?, ?, ?)",
-                   (row, column, encode_counter(value)))
-        return value
+    def _increment(self, db: sqlite3.Connection, row: bytes, column: bytes, delta: int) -> None:
+        try:
+            db.execute(self._upsert_sql, (row, column, delta, delta))
+        except sqlite3.OperationalError as exc:
+            raise _counter_error(exc) from exc
 
     def check_and_put(self, row: bytes, column: bytes, expected: bytes | None,
                       put_column: bytes, value: bytes) -> bool:
+        if expected == b"":
+            expected = None  # HBase treats an empty expected value as "absent"; so do we.
+        if put_column == column:
+            # The usual case (commit records, flags, watermarks): one conditional statement.
+            if expected is None:
+                cur = self.backend._single(
+                    f"INSERT OR IGNORE INTO {self._sql} (row, col, val) VALUES (?, ?, ?)",
+                    [row, column, bytes(value)])
+            else:
+                cur = self.backend._single(
+                    f"UPDATE {self._sql} SET val = ? WHERE row = ? AND col = ? AND val = ?",
+                    [bytes(value), row, column, bytes(expected)])
+            return cur.rowcount == 1
         with self.backend._write() as db:
             found = db.execute(f"SELECT val FROM {self._sql} WHERE row = ? AND col = ?",
                                (row, column)).fetchone()
-            # HBase treats an empty expected value as "absent"; so do we.
             current = found[0] if found else None
-            if expected == b"":
-                expected = None
             if current != expected:
                 return False
             db.execute(f"INSERT OR REPLACE INTO {self._sql} (row, col, val) VALUES (?, ?, ?)",
                        (row, put_column, bytes(value)))
             return True
+
+
+def _be64_add(current: bytes | None, delta: int) -> bytes:
+    """SQL function: a counter cell plus ``delta``, stored as HBase stores counters."""
+    return encode_counter(decode_counter(current) + delta)
+
+
+def _counter_error(exc: Exception) -> ValueError:
+    return ValueError(f"cell is not a counter (8-byte big-endian integer): {exc}")
 
 
 class _WriteTxn:
@@ -304,12 +341,22 @@ class EmbeddedBackend(Backend):
                 # Each commit is durable against a process crash; power-loss durability comes
                 # from sync(), once per acknowledged operation.
                 db.execute("PRAGMA synchronous=NORMAL")
+                db.create_function("be64_add", 2, _be64_add, deterministic=True)
             except sqlite3.Error as exc:
                 raise BackendUnavailable(f"cannot open {self.path}: {exc}") from exc
             self._local.db = db
             with self._all_lock:
                 self._all.append(db)
         return db
+
+    def _single(self, sql: str, params: Sequence[object]) -> sqlite3.Cursor:
+        """Run one statement in its own implicit transaction (atomic on its own)."""
+        try:
+            return self._db().execute(sql, params)
+        except sqlite3.OperationalError as exc:
+            if "user-defined function" in str(exc):
+                raise _counter_error(exc) from exc
+            raise BackendUnavailable(f"embedded store: {exc}") from exc
 
     def _read(self, sql: str, params: Sequence[object]) -> sqlite3.Cursor:
         try:
