@@ -1,0 +1,127 @@
+"""Authentication.
+
+    starttls     = "STARTTLS"                                       ; RFC 3501 6.2.1
+    authenticate = "AUTHENTICATE" SP auth-type [SP initial-resp]    ; 6.2.2, RFC 4959 (SASL-IR)
+    login        = "LOGIN" SP userid SP password                    ; 6.2.3
+
+Failed logins wait ``auth_failure_delay`` seconds and say the same whether the user exists or
+not.  Password checks (scrypt) run in the thread pool.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+
+from twisted.internet import defer, task
+from twisted.python import log
+
+from ..context import NOT_AUTH, Bad, No, command
+from ..wire import as_text
+
+
+@command("STARTTLS", NOT_AUTH)
+def starttls(ctx):
+    ctx.expect_args(0)
+    if ctx.server.tls_context is None:
+        raise Bad("TLS is not configured")
+    if ctx.session.tls:
+        raise Bad("TLS is already active")
+    ctx.finish(b"OK", "Begin TLS negotiation now")
+    ctx.conn._buffer.clear()  # RFC 3501 6.2.1: nothing sent before TLS is used after it
+    ctx.conn.transport.startTLS(ctx.server.tls_context)
+    ctx.session.tls = True
+
+
+def _check_plaintext(ctx):
+    if not ctx.session.plaintext_allowed():
+        raise No("Plaintext authentication is disabled until TLS is active",
+                 "PRIVACYREQUIRED")
+
+
+@defer.inlineCallbacks
+def _login(ctx, user: str, password: str, mechanism: str):
+    peer = ctx.conn.transport.getPeer()
+    who = yield ctx.call(ctx.store.authenticate, user, password)
+    if who is None:
+        log.msg(f"imap login failed: user={user!r} mechanism={mechanism} "
+                f"remote={getattr(peer, 'host', '?')}")
+        yield task.deferLater(ctx.server.reactor, ctx.server.cfg["imap"]["auth_failure_delay"],
+                              lambda: None)
+        raise No("Authentication failed", "AUTHENTICATIONFAILED")
+    if not ctx.server.user_logged_in(who):
+        raise No("Too many connections for this user", "LIMIT")
+    ctx.session.user = who
+    log.msg(f"imap login: user={who} mechanism={mechanism} "
+            f"remote={getattr(peer, 'host', '?')}")
+    caps = " ".join(ctx.session.capabilities())
+    ctx.finish(b"OK", f"{mechanism} completed", f"CAPABILITY {caps}")
+
+
+@command("LOGIN", NOT_AUTH)
+def login(ctx):
+    ctx.expect_args(2)
+    _check_plaintext(ctx)
+    return _login(ctx, as_text(ctx.args[0], "user name"), as_text(ctx.args[1], "password"),
+                  "LOGIN")
+
+
+@command("AUTHENTICATE", NOT_AUTH)
+@defer.inlineCallbacks
+def authenticate(ctx):
+    ctx.expect_args(1, 2)
+    mechanism = str(ctx.args[0]).upper()
+    if mechanism not in ("PLAIN", "LOGIN"):
+        raise No(f"Unsupported authentication mechanism {mechanism}", "CANNOT")
+    _check_plaintext(ctx)
+    initial = ctx.args[1] if len(ctx.args) == 2 else None
+    if initial is not None:
+        initial = b"" if str(initial) == "=" else _b64(str(initial).encode())
+    if mechanism == "PLAIN":
+        data = initial if initial is not None else (yield _challenge(ctx, b""))
+        parts = data.split(b"\x00")
+        if len(parts) != 3:
+            raise Bad("Malformed PLAIN response")
+        authzid, user, password = (p.decode("utf-8", "replace") for p in parts)
+        if authzid and authzid.lower() != user.lower():
+            raise No("Proxy authorization is not supported", "AUTHORIZATIONFAILED")
+    else:
+        user_b = initial if initial is not None else (yield _challenge(ctx, b"Username:"))
+        password_b = yield _challenge(ctx, b"Password:")
+        user, password = user_b.decode("utf-8", "replace"), password_b.decode("utf-8", "replace")
+    yield _login(ctx, user, password, mechanism)
+
+
+class _Continuation:
+    """Takes the client's next line for a SASL exchange (RFC 3501 6.2.2)."""
+
+    def __init__(self, conn):
+        self.conn = conn
+        self.deferred = defer.Deferred()
+
+    def line_received(self, line: bytes) -> None:
+        self.conn.line_consumer = None
+        self.deferred.callback(line)
+
+    def abort(self) -> None:
+        if not self.deferred.called:
+            self.deferred.errback(Bad("Connection closed during authentication"))
+
+
+@defer.inlineCallbacks
+def _challenge(ctx, prompt: bytes):
+    ctx.flush()
+    consumer = _Continuation(ctx.conn)
+    ctx.conn.line_consumer = consumer
+    ctx.conn.write_lines([b"+ " + base64.b64encode(prompt)])
+    line = yield consumer.deferred
+    if line.strip() == b"*":
+        raise Bad("Authentication cancelled")
+    return _b64(line.strip())
+
+
+def _b64(data: bytes) -> bytes:
+    try:
+        return base64.b64decode(data, validate=True)
+    except (binascii.Error, ValueError):
+        raise Bad("Invalid base64 in authentication response") from None

@@ -1,0 +1,214 @@
+"""FETCH (RFC 3501 6.4.5, 7.4.2) and UID FETCH (6.4.8).
+
+    fetch = "FETCH" SP sequence-set SP ("ALL" / "FULL" / "FAST" / fetch-att /
+            "(" fetch-att *(SP fetch-att) ")")
+
+Messages are read in batches (one store round trip per batch, only the columns the items
+need), and each batch's responses go out in one write.  ENVELOPE, BODYSTRUCTURE and header
+fields come from data prepared once at delivery; message octets are read chunk by chunk.  A
+section over ``STREAM_ABOVE`` octets is streamed: chunks are read in the thread pool and written
+as the socket drains, so serving a 50 MB message holds a few chunks, not 50 MB.
+"""
+
+from __future__ import annotations
+
+from twisted.internet import defer
+from twisted.internet.interfaces import IPushProducer
+from zope.interface import implementer
+
+from mailstore.messages import BODY, ENVELOPE, HEADER, SUMMARY
+
+from ..context import SELECTED, Bad, command
+from ..render import CONTENT, bodystructure, envelope, internaldate, parse_fetch_items
+from ..render import BODY as NEED_BODY
+from ..render import ENVELOPE as NEED_ENVELOPE
+from ..render import HEADER as NEED_HEADER
+from ..sections import iter_section, resolve
+from .common import flags_list
+from .message_cmds import resolve as resolve_set
+
+BATCH = 200
+STREAM_ABOVE = 1024 * 1024
+
+
+class Stream:
+    """A literal too large to hold: its octet count and an iterator of its chunks."""
+
+    def __init__(self, count: int, chunks):
+        self.count = count
+        self.chunks = chunks
+
+
+@implementer(IPushProducer)
+class _Throttle:
+    """Waits for the transport to drain while a large literal is streamed."""
+
+    def __init__(self):
+        self.paused = False
+        self.waiting: defer.Deferred | None = None
+
+    def pauseProducing(self):
+        self.paused = True
+
+    def resumeProducing(self):
+        self.paused = False
+        if self.waiting is not None:
+            d, self.waiting = self.waiting, None
+            d.callback(None)
+
+    def stopProducing(self):
+        self.resumeProducing()
+
+    def wait(self) -> defer.Deferred:
+        if not self.paused:
+            return defer.succeed(None)
+        self.waiting = defer.Deferred()
+        return self.waiting
+
+
+def _columns(needs: set[str]) -> list[bytes]:
+    columns = list(SUMMARY)
+    if NEED_ENVELOPE in needs:
+        columns.append(ENVELOPE)
+    if NEED_BODY in needs:
+        columns.append(BODY)
+    if NEED_HEADER in needs or CONTENT in needs:
+        columns.append(HEADER)
+    return columns
+
+
+def _render_batch(store, mailbox, batch, columns, items, set_seen, seq_of, own):
+    """Read one batch and build its responses (runs in a worker thread).
+
+    Returns a list of responses, each a list of segments: bytes, or a Stream to be pulled.
+    """
+    views = store.fetch(mailbox, batch, columns)
+    seen_now = set()
+    if set_seen:
+        unseen = [v.uid for v in views if "\\Seen" not in v.flags.names]
+        if unseen:
+            changed, _ = store.store_flags(mailbox, unseen, ["\\Seen"], "add")
+            own(changed)
+            flags_by_uid = {uid: flags for uid, flags in changed}
+            for view in views:
+                if view.uid in flags_by_uid:
+                    view.flags = flags_by_uid[view.uid]
+                    seen_now.add(view.uid)
+    responses = []
+    for view in views:
+        seq = seq_of(view.uid)
+        if seq is None:
+            continue
+        parts: list = []
+        reader = None
+        wrote_flags = False
+        for item in items:
+            kind = item.kind
+            if kind == "UID":
+                parts.append(b"UID %d" % view.uid)
+            elif kind == "FLAGS":
+                parts.append(b"FLAGS " + flags_list(view.flags.names))
+                wrote_flags = True
+            elif kind == "INTERNALDATE":
+                parts.append(b"INTERNALDATE " + internaldate(view.record.internal_date))
+            elif kind == "RFC822.SIZE":
+                parts.append(b"RFC822.SIZE %d" % view.record.size)
+            elif kind == "ENVELOPE":
+                parts.append(b"ENVELOPE " + envelope(view.envelope))
+            elif kind in ("BODY", "BODYSTRUCTURE"):
+                parts.append(kind.encode() + b" " +
+                             bodystructure(view.body, extended=kind == "BODYSTRUCTURE"))
+            else:
+                plan = resolve(item.section, view.body, view.header, view.record.size,
+                               view.record.header_size)
+                if plan.needs_content and reader is None:
+                    reader = store.open_message(view)
+                count, chunks = iter_section(plan, reader if plan.needs_content else None,
+                                             item.partial)
+                head = item.name.encode() + b" {%d}\r\n" % count
+                if count > STREAM_ABOVE:
+                    parts.append(head)
+                    parts.append(Stream(count, chunks))
+                else:
+                    parts.append(head + b"".join(chunks))
+        if view.uid in seen_now and not wrote_flags:
+            parts.append(b"FLAGS " + flags_list(view.flags.names))
+        responses.append((seq, parts))
+    return responses
+
+
+def _next_chunk(chunks):
+    return next(chunks, None)
+
+
+@defer.inlineCallbacks
+def fetch_command(ctx, uid_mode: bool):
+    ctx.expect_args(2)
+    selected = ctx.session.selected
+    uids = resolve_set(ctx, ctx.args[0], uid_mode)
+    try:
+        items = parse_fetch_items(ctx.args[1])
+    except ValueError as exc:
+        raise Bad(str(exc)) from None
+    if uid_mode and not any(i.kind == "UID" for i in items):
+        # RFC 3501 6.4.8: UID FETCH responses always carry the UID.
+        from ..render import parse_fetch_item
+        items = [parse_fetch_item("UID"), *items]
+    needs: set[str] = set()
+    for item in items:
+        needs |= item.needs
+    set_seen = any(i.sets_seen for i in items) and not selected.readonly
+    columns = _columns(needs)
+    for start in range(0, len(uids), BATCH):
+        batch = uids[start:start + BATCH]
+        responses = yield ctx.call(_render_batch, ctx.store, selected.mailbox, batch, columns,
+                                   items, set_seen, selected.seq_of, selected.note_own_flags)
+        for seq, parts in responses:
+            if not any(isinstance(p, Stream) for p in parts):
+                ctx.untagged(b"%d FETCH (" % seq + b" ".join(parts) + b")")
+                continue
+            ctx.flush()
+            yield _stream(ctx, seq, parts)
+        ctx.flush()
+
+
+@defer.inlineCallbacks
+def _stream(ctx, seq: int, parts: list):
+    conn = ctx.conn
+    throttle = _Throttle()
+    conn.transport.registerProducer(throttle, True)
+    try:
+        pending = [b"* %d FETCH (" % seq]
+        for i, part in enumerate(parts):
+            if i:
+                pending.append(b" ")
+            if not isinstance(part, Stream):
+                pending.append(part)
+                continue
+            conn.write_raw(pending)
+            pending = []
+            sent = 0
+            while sent < part.count:
+                chunk = yield ctx.call(_next_chunk, part.chunks)
+                if chunk is None:
+                    raise OSError("message ended early")
+                if conn.closed:
+                    return
+                conn.write_raw([chunk])
+                sent += len(chunk)
+                yield throttle.wait()
+        pending.append(b")\r\n")
+        conn.write_raw(pending)
+    except Exception:
+        # Part of a literal is out: the stream cannot be resynchronised, so the connection
+        # goes (the client reconnects and fetches again).
+        conn.write_raw([])
+        conn.transport.loseConnection()
+        raise
+    finally:
+        conn.transport.unregisterProducer()
+
+
+@command("FETCH", SELECTED)
+def fetch(ctx):
+    return fetch_command(ctx, uid_mode=False)

@@ -1,0 +1,83 @@
+"""IDLE (RFC 2177).
+
+    idle = "IDLE" CRLF "DONE"
+
+The server answers ``+ idling``, then pushes EXISTS / EXPUNGE / FETCH as the mailbox changes
+(the process-wide poller in notify.py wakes the session, within a second of the change, also
+when it came from another process or from delivery).  Only a line ``DONE`` ends IDLE; any other
+line gets an untagged BAD and IDLE goes on.
+"""
+
+from __future__ import annotations
+
+from twisted.internet import defer
+from twisted.python import log
+
+from ..context import AUTH, SELECTED, command
+from .common import changes_lines
+
+
+class _Idle:
+    idle = True
+
+    def __init__(self, ctx):
+        self.ctx = ctx
+        self.done = defer.Deferred()
+        self.refreshing = False
+        self.again = False
+
+    def line_received(self, line: bytes) -> None:
+        if line.strip().upper() == b"DONE":
+            self.ctx.conn.line_consumer = None
+            if not self.done.called:
+                self.done.callback(None)
+        else:
+            self.ctx.conn.write_lines([b"* BAD Expected DONE to end IDLE"])
+
+    def abort(self) -> None:
+        if not self.done.called:
+            self.done.callback(None)
+
+    def wake(self) -> None:
+        """The mailbox changed: refresh and push what changed (one refresh at a time)."""
+        if self.done.called:
+            return
+        if self.refreshing:
+            self.again = True
+            return
+        self.refreshing = True
+        selected = self.ctx.session.selected
+        d = self.ctx.call(selected.refresh)
+
+        def push(changes):
+            if not self.done.called and self.ctx.session.selected is selected:
+                self.ctx.conn.write_lines([b"* " + line for line in changes_lines(changes)])
+
+        def finished(_):
+            self.refreshing = False
+            if self.again:
+                self.again = False
+                self.wake()
+        d.addCallback(push)
+        d.addErrback(log.err, "IDLE refresh failed")
+        d.addBoth(finished)
+
+
+@command("IDLE", AUTH, SELECTED)
+@defer.inlineCallbacks
+def idle(ctx):
+    ctx.expect_args(0)
+    consumer = _Idle(ctx)
+    ctx.conn.line_consumer = consumer
+    ctx.flush()
+    ctx.conn.write_lines([b"+ idling"])
+    ctx.conn.reset_timeout()
+    if ctx.session.selected is not None:
+        ctx.server.watchers.watch(ctx.session, consumer.wake)
+        consumer.wake()  # anything that changed before IDLE began
+    try:
+        yield consumer.done
+    finally:
+        ctx.server.watchers.unwatch(ctx.session)
+        ctx.conn.line_consumer = None
+        ctx.conn.reset_timeout()

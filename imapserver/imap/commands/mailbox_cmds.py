@@ -1,0 +1,327 @@
+"""Mailbox commands.
+
+    select      = "SELECT" SP mailbox          ; RFC 3501 6.3.1
+    examine     = "EXAMINE" SP mailbox         ; 6.3.2
+    create      = "CREATE" SP mailbox          ; 6.3.3 (RFC 6154 USE is not offered)
+    delete      = "DELETE" SP mailbox          ; 6.3.4
+    rename      = "RENAME" SP mailbox SP mailbox                         ; 6.3.5
+    subscribe   = "SUBSCRIBE" SP mailbox / "UNSUBSCRIBE" SP mailbox      ; 6.3.6, 6.3.7
+    list        = "LIST" [SP list-select-opts] SP mailbox SP mbox-or-pat
+                  [SP list-return-opts]                     ; 6.3.8, RFC 5258, 6154, 5819
+    lsub        = "LSUB" SP mailbox SP list-mailbox         ; 6.3.9
+    status      = "STATUS" SP mailbox SP "(" status-att *(SP status-att) ")"   ; 6.3.10
+    namespace   = "NAMESPACE"                  ; RFC 2342
+    unselect    = "UNSELECT"                   ; RFC 3691
+    close       = "CLOSE"                      ; 6.4.2
+"""
+
+from __future__ import annotations
+
+from twisted.internet import defer
+
+from mailstore.errors import NotFound
+
+from ..context import AUTH, SELECTED, Bad, No, command
+from ..names import DELIMITER, decode_name, encode_name, pattern_regex
+from ..selected import SelectedMailbox
+from ..wire import Atom
+
+SYSTEM_FLAGS = ("\\Answered", "\\Flagged", "\\Deleted", "\\Seen", "\\Draft")
+STATUS_ITEMS = ("MESSAGES", "RECENT", "UIDNEXT", "UIDVALIDITY", "UNSEEN")
+
+
+def _open(store, user: str, name: str, readonly: bool) -> SelectedMailbox:
+    mailbox = store.mailbox(user, name)
+    selected = SelectedMailbox(store, mailbox, readonly)
+    selected.load()
+    return selected
+
+
+@defer.inlineCallbacks
+def _select(ctx, readonly: bool):
+    ctx.expect_args(1)
+    name = decode_name(ctx.args[0])
+    # RFC 3501 6.3.1: a failed SELECT leaves no mailbox selected.
+    ctx.server.watchers.unwatch(ctx.session)
+    ctx.session.selected = None
+    selected = yield ctx.call(_open, ctx.store, ctx.session.user, name, readonly)
+    ctx.session.selected = selected
+    keywords = sorted(selected.keywords) if hasattr(selected, "keywords") else []
+    flags = " ".join(list(SYSTEM_FLAGS) + keywords)
+    ctx.untagged(f"FLAGS ({flags})".encode())
+    if readonly:
+        ctx.untagged(b"OK [PERMANENTFLAGS ()] Read-only mailbox")
+    else:
+        ctx.untagged(f"OK [PERMANENTFLAGS ({flags} \\*)] Flags permitted".encode())
+    ctx.untagged(b"%d EXISTS" % selected.exists)
+    ctx.untagged(b"0 RECENT")
+    if selected.first_unseen is not None:
+        ctx.untagged(b"OK [UNSEEN %d] First unseen" % selected.first_unseen)
+    ctx.untagged(b"OK [UIDVALIDITY %d] UIDs valid" % selected.mailbox.uidvalidity)
+    ctx.untagged(b"OK [UIDNEXT %d] Predicted next UID" % selected.mailbox.uidnext)
+    ctx.finish(b"OK", f"{ctx.name} completed", "READ-ONLY" if readonly else "READ-WRITE")
+
+
+@command("SELECT", AUTH, SELECTED)
+def select(ctx):
+    return _select(ctx, readonly=False)
+
+
+@command("EXAMINE", AUTH, SELECTED)
+def examine(ctx):
+    return _select(ctx, readonly=True)
+
+
+@command("CREATE", AUTH, SELECTED)
+@defer.inlineCallbacks
+def create(ctx):
+    ctx.expect_args(1)
+    name = decode_name(ctx.args[0]).rstrip(DELIMITER)  # RFC 3501: a trailing delimiter is ok
+    if name.upper() == "INBOX":
+        raise No("INBOX always exists", "ALREADYEXISTS")
+    yield ctx.call(ctx.store.create_mailbox, ctx.session.user, name)
+
+
+@command("DELETE", AUTH, SELECTED)
+@defer.inlineCallbacks
+def delete(ctx):
+    ctx.expect_args(1)
+    name = decode_name(ctx.args[0])
+    user = ctx.session.user
+
+    def run():
+        mailbox = ctx.store.mailbox(user, name)
+        if ctx.store.mailboxes.list(user, under=mailbox.name):
+            raise No("Mailbox has children, delete them first", "HASCHILDREN")
+        ctx.store.delete_mailbox(user, name)
+        return mailbox
+    mailbox = yield ctx.call(run)
+    selected = ctx.session.selected
+    if selected is not None and selected.mailbox.id == mailbox.id:
+        ctx.server.watchers.unwatch(ctx.session)
+        ctx.session.selected = None
+
+
+@command("RENAME", AUTH, SELECTED)
+@defer.inlineCallbacks
+def rename(ctx):
+    ctx.expect_args(2)
+    old, new = decode_name(ctx.args[0]), decode_name(ctx.args[1])
+    yield ctx.call(ctx.store.rename_mailbox, ctx.session.user, old, new)
+
+
+@command("SUBSCRIBE", AUTH, SELECTED)
+@defer.inlineCallbacks
+def subscribe(ctx):
+    ctx.expect_args(1)
+    yield ctx.call(ctx.store.subscribe, ctx.session.user, decode_name(ctx.args[0]))
+
+
+@command("UNSUBSCRIBE", AUTH, SELECTED)
+@defer.inlineCallbacks
+def unsubscribe(ctx):
+    ctx.expect_args(1)
+    yield ctx.call(ctx.store.unsubscribe, ctx.session.user, decode_name(ctx.args[0]))
+
+
+@command("NAMESPACE", AUTH, SELECTED)
+def namespace(ctx):
+    ctx.expect_args(0)
+    ctx.untagged(b'NAMESPACE (("" "/")) NIL NIL')
+
+
+@command("UNSELECT", SELECTED)
+def unselect(ctx):
+    ctx.expect_args(0)
+    ctx.server.watchers.unwatch(ctx.session)
+    ctx.session.selected = None
+
+
+@command("CLOSE", SELECTED)
+@defer.inlineCallbacks
+def close(ctx):
+    ctx.expect_args(0)
+    selected = ctx.session.selected
+    ctx.server.watchers.unwatch(ctx.session)
+    ctx.session.selected = None
+    if not selected.readonly:
+        # RFC 3501 6.4.2: expunge \Deleted messages silently.
+        def run():
+            views = ctx.store.fetch(selected.mailbox, list(selected.uids))
+            doomed = [v.uid for v in views if "\\Deleted" in v.flags.names]
+            if doomed:
+                ctx.store.expunge(selected.mailbox, doomed)
+        yield ctx.call(run)
+
+
+# -- LIST / LSUB ---------------------------------------------------------------------------------
+
+class ListRequest:
+    def __init__(self):
+        self.subscribed_only = False
+        self.recursive = False
+        self.return_subscribed = False
+        self.return_children = True
+        self.return_special_use = True
+        self.status: list[str] | None = None
+        self.extended = False
+        self.special_only = False
+
+
+def _parse_list(args) -> tuple[ListRequest, str, list[str]]:
+    req = ListRequest()
+    args = list(args)
+    if args and isinstance(args[0], list):
+        req.extended = True
+        for opt in args.pop(0):
+            word = str(opt).upper()
+            if word == "SUBSCRIBED":
+                req.subscribed_only = req.return_subscribed = True
+            elif word == "RECURSIVEMATCH":
+                req.recursive = True
+            elif word == "REMOTE":
+                pass
+            elif word == "SPECIAL-USE":
+                req.special_only = True
+            else:
+                raise Bad(f"Unknown LIST selection option {opt}")
+        if req.recursive and not req.subscribed_only:
+            raise Bad("RECURSIVEMATCH needs another selection option")
+    if len(args) < 2:
+        raise Bad("LIST takes a reference and a mailbox pattern")
+    reference = decode_name(args[0]) if args[0] != b"" else ""
+    patterns_arg = args[1]
+    patterns = [decode_name(p) if p != b"" else "" for p in
+                (patterns_arg if isinstance(patterns_arg, list) else [patterns_arg])]
+    rest = args[2:]
+    if rest:
+        if len(rest) != 2 or not isinstance(rest[0], Atom) or rest[0].upper() != "RETURN" \
+                or not isinstance(rest[1], list):
+            raise Bad("Expected RETURN (options) after the LIST pattern")
+        req.extended = True
+        opts = rest[1]
+        i = 0
+        while i < len(opts):
+            word = str(opts[i]).upper()
+            if word == "SUBSCRIBED":
+                req.return_subscribed = True
+            elif word == "CHILDREN":
+                req.return_children = True
+            elif word == "SPECIAL-USE":
+                req.return_special_use = True
+            elif word == "STATUS" and i + 1 < len(opts) and isinstance(opts[i + 1], list):
+                req.status = _status_items(opts[i + 1])
+                i += 1
+            else:
+                raise Bad(f"Unknown LIST return option {opts[i]}")
+            i += 1
+    return req, reference, patterns
+
+
+def _status_items(items) -> list[str]:
+    out = []
+    for item in items:
+        word = str(item).upper()
+        if word not in STATUS_ITEMS:
+            raise Bad(f"Unknown STATUS item {item}")
+        out.append(word)
+    if not out:
+        raise Bad("STATUS needs at least one item")
+    return out
+
+
+def _list_data(store, user: str):
+    return store.list_mailboxes(user), set(store.subscriptions(user))
+
+
+def _status_line(mailbox, items: list[str]) -> bytes:
+    values = {"MESSAGES": mailbox.messages, "RECENT": 0, "UIDNEXT": mailbox.uidnext,
+              "UIDVALIDITY": mailbox.uidvalidity, "UNSEEN": mailbox.unseen}
+    body = " ".join(f"{item} {values[item]}" for item in items)
+    return b"STATUS " + encode_name(mailbox.name) + b" (" + body.encode() + b")"
+
+
+@command("LIST", AUTH, SELECTED)
+@defer.inlineCallbacks
+def list_(ctx):
+    req, reference, patterns = _parse_list(ctx.args)
+    if patterns == [""] and not req.extended:
+        # RFC 3501 6.3.8: the hierarchy delimiter and root.
+        ctx.untagged(b'LIST (\\Noselect) "/" ""')
+        return
+    mailboxes, subscribed = yield ctx.call(_list_data, ctx.store, ctx.session.user)
+    by_name = {m.name: m for m in mailboxes}
+    names = set(by_name)
+    regexes = [pattern_regex(reference, p) for p in patterns if p != ""]
+    candidates = set(names)
+    if req.subscribed_only:
+        candidates = set(subscribed)
+    # Parents implied by existing names answer % patterns as \Noselect (RFC 3501 6.3.8).
+    implied = {DELIMITER.join(n.split(DELIMITER)[:i]) for n in candidates
+               for i in range(1, n.count(DELIMITER) + 1)}
+    lines = []
+    for name in sorted(candidates | implied, key=lambda n: (n != "INBOX", n)):
+        if not any(r.match(name) for r in regexes):
+            continue
+        attrs = []
+        mailbox = by_name.get(name)
+        if req.special_only and (mailbox is None or not mailbox.special_use):
+            continue
+        exists = mailbox is not None
+        has_children = any(n.startswith(name + DELIMITER) for n in names)
+        if name not in candidates:  # an implied parent
+            if req.subscribed_only and not req.recursive:
+                continue
+            if req.subscribed_only:
+                attrs.append("\\NonExistent" if not exists else "")
+            elif not exists:
+                attrs.append("\\NonExistent" if req.extended else "\\Noselect")
+        elif not exists:
+            attrs.append("\\NonExistent")
+        if exists or name in candidates:
+            attrs.append("\\HasChildren" if has_children else "\\HasNoChildren")
+        if req.return_subscribed and name in subscribed:
+            attrs.append("\\Subscribed")
+        if mailbox is not None and mailbox.special_use and req.return_special_use:
+            attrs.append(mailbox.special_use)
+        attr_text = " ".join(a for a in attrs if a)
+        line = f"LIST ({attr_text}) \"{DELIMITER}\" ".encode() + encode_name(name)
+        if req.recursive and name not in subscribed and any(
+                s.startswith(name + DELIMITER) for s in subscribed):
+            line += b' ("CHILDINFO" ("SUBSCRIBED"))'
+        lines.append(line)
+        if req.status and mailbox is not None:
+            lines.append(_status_line(mailbox, req.status))
+    for line in lines:
+        ctx.untagged(line)
+
+
+@command("LSUB", AUTH, SELECTED)
+@defer.inlineCallbacks
+def lsub(ctx):
+    ctx.expect_args(2)
+    reference = decode_name(ctx.args[0]) if ctx.args[0] != b"" else ""
+    pattern = decode_name(ctx.args[1]) if ctx.args[1] != b"" else ""
+    mailboxes, subscribed = yield ctx.call(_list_data, ctx.store, ctx.session.user)
+    regex = pattern_regex(reference, pattern)
+    names = {m.name for m in mailboxes}
+    for name in sorted(subscribed, key=lambda n: (n != "INBOX", n)):
+        if regex.match(name):
+            attrs = "" if name in names else "\\Noselect"
+            ctx.untagged(f"LSUB ({attrs}) \"{DELIMITER}\" ".encode() + encode_name(name))
+
+
+@command("STATUS", AUTH, SELECTED)
+@defer.inlineCallbacks
+def status(ctx):
+    ctx.expect_args(2)
+    name = decode_name(ctx.args[0])
+    if not isinstance(ctx.args[1], list):
+        raise Bad("STATUS items must be a parenthesized list")
+    items = _status_items(ctx.args[1])
+    try:
+        mailbox = yield ctx.call(ctx.store.mailbox, ctx.session.user, name)
+    except NotFound:
+        raise No(f"Mailbox does not exist: {name}", "NONEXISTENT") from None
+    ctx.untagged(_status_line(mailbox, items))
+

@@ -1,0 +1,282 @@
+"""Commands on messages (besides FETCH and SEARCH).
+
+    append   = "APPEND" SP mailbox 1*(SP [flag-list SP] [date-time SP] literal)
+                                               ; RFC 3501 6.3.11, RFC 3502 MULTIAPPEND
+    expunge  = "EXPUNGE"                       ; 6.4.3
+    uid-exp  = "UID EXPUNGE" SP sequence-set   ; RFC 4315
+    store    = "STORE" SP sequence-set SP ["+" / "-"] "FLAGS" [".SILENT"] SP
+               (flag-list / (flag *(SP flag)))  ; 6.4.6
+    copy     = "COPY" SP sequence-set SP mailbox          ; 6.4.7, COPYUID (RFC 4315)
+    move     = "MOVE" SP sequence-set SP mailbox          ; RFC 6851
+    uid      = "UID" SP (copy / move / fetch / search / store / uid-exp)   ; 6.4.8
+"""
+
+from __future__ import annotations
+
+import calendar
+
+from twisted.internet import defer
+
+from mailstore.errors import NotFound
+
+from ..context import AUTH, SELECTED, Bad, No, command
+from ..names import decode_name
+from ..seqset import parse_seqset
+from ..wire import Atom, Literal
+from .common import flags_list, report_changes
+
+_MONTHS = {m: i for i, m in enumerate(calendar.month_abbr) if m}
+
+
+def uid_set_text(uids: list[int]) -> str:
+    """UIDs as a compact sequence set, e.g. ``1:3,7`` (for APPENDUID/COPYUID)."""
+    out = []
+    start = prev = None
+    for uid in uids:
+        if start is None:
+            start = prev = uid
+        elif uid == prev + 1:
+            prev = uid
+        else:
+            out.append(f"{start}" if start == prev else f"{start}:{prev}")
+            start = prev = uid
+    if start is not None:
+        out.append(f"{start}" if start == prev else f"{start}:{prev}")
+    return ",".join(out)
+
+
+def resolve(ctx, token, uid_mode: bool) -> list[int]:
+    """The UIDs a sequence-set argument names in the selected mailbox (ascending)."""
+    if not isinstance(token, (Atom, bytes)):
+        raise Bad("expected a sequence set")
+    text = token if isinstance(token, str) else token.decode("ascii", "replace")
+    try:
+        return parse_seqset(text).resolve_uids(list(ctx.session.selected.uids), uid_mode)
+    except ValueError as exc:
+        raise Bad(str(exc)) from None
+
+
+def parse_date_time(raw: bytes) -> float:
+    """RFC 3501 date-time: "dd-Mon-yyyy hh:mm:ss +zzzz" (day may be space-padded)."""
+    try:
+        text = raw.decode("ascii").strip()
+        date_part, time_part, zone = text.split()
+        day, month, year = date_part.split("-")
+        hh, mm, ss = (int(x) for x in time_part.split(":"))
+        sign = 1 if zone[0] == "+" else -1 if zone[0] == "-" else None
+        if sign is None or len(zone) != 5 or month not in _MONTHS:
+            raise ValueError
+        offset = sign * (int(zone[1:3]) * 3600 + int(zone[3:5]) * 60)
+        stamp = calendar.timegm((int(year), _MONTHS[month], int(day), hh, mm, ss, 0, 0, 0))
+        return float(stamp - offset)
+    except (ValueError, IndexError, UnicodeDecodeError):
+        raise Bad(f"Invalid date-time: {raw!r}") from None
+
+
+def parse_flag_args(args) -> list[str]:
+    items = args[0] if len(args) == 1 and isinstance(args[0], list) else args
+    flags = []
+    for item in items:
+        if not isinstance(item, Atom):
+            raise Bad("flags must be atoms")
+        if item.upper() == "\\RECENT":
+            raise Bad("\\Recent cannot be set")
+        if item.startswith("\\") and item.lower() not in (
+                "\\seen", "\\answered", "\\flagged", "\\deleted", "\\draft"):
+            raise Bad(f"Unknown system flag {item}")
+        flags.append(str(item))
+    return flags
+
+
+def _writable(ctx):
+    if ctx.session.selected.readonly:
+        raise No("Mailbox is read-only", "READ-ONLY")
+
+
+# -- APPEND ------------------------------------------------------------------------------------
+
+@command("APPEND", AUTH, SELECTED)
+@defer.inlineCallbacks
+def append(ctx):
+    if len(ctx.args) < 2:
+        raise Bad("APPEND takes a mailbox and a message")
+    name = decode_name(ctx.args[0])
+    messages = []
+    args = ctx.args[1:]
+    while args:
+        flags, date = [], None
+        if isinstance(args[0], list):
+            flags = parse_flag_args([args.pop(0)])
+        if args and isinstance(args[0], bytes) and not isinstance(args[0], Literal):
+            date = parse_date_time(args.pop(0))
+        if not args or not (isinstance(args[0], Literal) or hasattr(args[0], "read")):
+            raise Bad("APPEND expects a message literal")
+        messages.append((flags, date, args.pop(0)))
+    user = ctx.session.user
+
+    def run():
+        try:
+            mailbox = ctx.store.mailbox(user, name)
+        except NotFound:
+            raise No(f"Mailbox does not exist: {name}", "TRYCREATE") from None
+        uids = []
+        try:
+            for flags, date, message in messages:
+                _validity, uid = ctx.store.append(user, mailbox.name, message, flags, date)
+                uids.append(uid)
+        except BaseException:
+            # RFC 3502: a MULTIAPPEND that fails appends nothing.
+            if uids:
+                ctx.store.expunge(mailbox, uids)
+            raise
+        return mailbox, uids
+    try:
+        mailbox, uids = yield ctx.call(run)
+    finally:
+        for _flags, _date, message in messages:
+            if hasattr(message, "close"):
+                message.close()
+    yield report_changes(ctx)
+    ctx.finish(b"OK", "APPEND completed",
+               f"APPENDUID {mailbox.uidvalidity} {uid_set_text(uids)}")
+
+
+# -- EXPUNGE -----------------------------------------------------------------------------------
+
+@defer.inlineCallbacks
+def _expunge(ctx, only: list[int] | None):
+    _writable(ctx)
+    selected = ctx.session.selected
+
+    def run():
+        candidates = list(selected.uids) if only is None else only
+        views = ctx.store.fetch(selected.mailbox, candidates)
+        doomed = [v.uid for v in views if "\\Deleted" in v.flags.names]
+        return ctx.store.expunge(selected.mailbox, doomed) if doomed else []
+    gone = yield ctx.call(run)
+    for seq in selected.forget(gone):
+        ctx.untagged(b"%d EXPUNGE" % seq)
+    yield report_changes(ctx)
+
+
+@command("EXPUNGE", SELECTED)
+def expunge(ctx):
+    ctx.expect_args(0)
+    return _expunge(ctx, None)
+
+
+# -- STORE -------------------------------------------------------------------------------------
+
+@defer.inlineCallbacks
+def _store(ctx, uid_mode: bool):
+    if len(ctx.args) < 3:
+        raise Bad("STORE takes a sequence set, an item and flags")
+    _writable(ctx)
+    uids = resolve(ctx, ctx.args[0], uid_mode)
+    item = str(ctx.args[1]).upper()
+    modes = {"FLAGS": "replace", "+FLAGS": "add", "-FLAGS": "remove"}
+    silent = item.endswith(".SILENT")
+    mode = modes.get(item[:-7] if silent else item)
+    if mode is None:
+        raise Bad(f"Unknown STORE item {ctx.args[1]}")
+    flags = parse_flag_args(ctx.args[2:])
+    selected = ctx.session.selected
+
+    def run():
+        changed, _ = ctx.store.store_flags(selected.mailbox, uids, flags, mode)
+        return changed, [] if silent else ctx.store.fetch(selected.mailbox, uids)
+    changed, views = yield ctx.call(run)
+    if not silent:
+        selected.note_own_flags(changed)
+    for view in views:
+        seq = selected.seq_of(view.uid)
+        if seq is None:
+            continue
+        item = b"FLAGS " + flags_list(view.flags.names)
+        if uid_mode:
+            item = b"UID %d " % view.uid + item
+        ctx.untagged(b"%d FETCH (%s)" % (seq, item))
+
+
+@command("STORE", SELECTED)
+def store(ctx):
+    return _store(ctx, uid_mode=False)
+
+
+# -- COPY / MOVE -------------------------------------------------------------------------------
+
+@defer.inlineCallbacks
+def _transfer(ctx, uid_mode: bool, move: bool):
+    ctx.expect_args(2)
+    if move:
+        _writable(ctx)
+    uids = resolve(ctx, ctx.args[0], uid_mode)
+    name = decode_name(ctx.args[1])
+    selected = ctx.session.selected
+    user = ctx.session.user
+
+    def run():
+        try:
+            target = ctx.store.mailbox(user, name)
+        except NotFound:
+            raise No(f"Mailbox does not exist: {name}", "TRYCREATE") from None
+        if not uids:
+            return target, []
+        if move:
+            if target.id == selected.mailbox.id:
+                raise No("Cannot move a message into its own mailbox", "CANNOT")
+            return target, ctx.store.move(selected.mailbox, uids, target)
+        return target, ctx.store.copy(selected.mailbox, uids, target)
+    target, pairs = yield ctx.call(run)
+    code = None
+    if pairs:
+        code = (f"COPYUID {target.uidvalidity} {uid_set_text([p[0] for p in pairs])} "
+                f"{uid_set_text([p[1] for p in pairs])}")
+    if move:
+        # RFC 6851 4.1: COPYUID goes in an untagged OK before the EXPUNGEs.
+        if code:
+            ctx.untagged(f"OK [{code}] Moved".encode())
+        for seq in selected.forget([p[0] for p in pairs]):
+            ctx.untagged(b"%d EXPUNGE" % seq)
+        yield report_changes(ctx)
+        ctx.finish(b"OK", "MOVE completed")
+    else:
+        yield report_changes(ctx)
+        ctx.finish(b"OK", "COPY completed", code)
+
+
+@command("COPY", SELECTED)
+def copy(ctx):
+    return _transfer(ctx, uid_mode=False, move=False)
+
+
+@command("MOVE", SELECTED)
+def move(ctx):
+    return _transfer(ctx, uid_mode=False, move=True)
+
+
+# -- UID ---------------------------------------------------------------------------------------
+
+@command("UID", SELECTED)
+def uid(ctx):
+    if not ctx.args or not isinstance(ctx.args[0], Atom):
+        raise Bad("UID needs a command")
+    sub = ctx.args[0].upper()
+    ctx.args = ctx.args[1:]
+    if sub == "FETCH":
+        from .fetch import fetch_command
+        return fetch_command(ctx, uid_mode=True)
+    if sub == "SEARCH":
+        from .search_cmd import search_command
+        return search_command(ctx, uid_mode=True)
+    if sub == "STORE":
+        return _store(ctx, uid_mode=True)
+    if sub == "COPY":
+        return _transfer(ctx, uid_mode=True, move=False)
+    if sub == "MOVE":
+        return _transfer(ctx, uid_mode=True, move=True)
+    if sub == "EXPUNGE":
+        ctx.expect_args(1)
+        return _expunge(ctx, resolve(ctx, ctx.args[0], uid_mode=True))
+    raise Bad(f"Unknown UID command {sub}")
+

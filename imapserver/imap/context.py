@@ -1,0 +1,112 @@
+"""What a command handler sees: its arguments, the session, and a response buffer.
+
+Handlers are registered per command name with the states they are valid in (RFC 3501 3)::
+
+    @command("SELECT", AUTH, SELECTED)
+    def select(ctx): ...
+
+A handler may return a Deferred (``yield ctx.call(store_fn, ...)`` with ``inlineCallbacks``);
+it raises :class:`No` or :class:`Bad` to fail.  Untagged responses collect in ``ctx.out`` and
+go out with the tagged one in a single write.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from twisted.internet import threads
+
+NOT_AUTH, AUTH, SELECTED = "notauth", "auth", "selected"
+ANY = (NOT_AUTH, AUTH, SELECTED)
+
+_HANDLERS: dict[str, tuple[Callable, tuple[str, ...]]] = {}
+
+
+class No(Exception):
+    """A tagged NO: the command was valid but failed (RFC 3501 7.1.2)."""
+
+    def __init__(self, text: str, code: str | None = None):
+        super().__init__(text)
+        self.text = text
+        self.code = code
+
+
+class Bad(Exception):
+    """A tagged BAD: the command was not understood or not allowed now (RFC 3501 7.1.3)."""
+
+    def __init__(self, text: str, code: str | None = None):
+        super().__init__(text)
+        self.text = text
+        self.code = code
+
+
+def command(name: str, *states: str):
+    def register(fn: Callable) -> Callable:
+        _HANDLERS[name] = (fn, states or ANY)
+        return fn
+    return register
+
+
+def known_commands() -> list[str]:
+    return sorted(_HANDLERS)
+
+
+class CommandContext:
+    def __init__(self, conn, tag: str, name: str, args: list):
+        self.conn = conn
+        self.session = conn.session
+        self.server = conn.server
+        self.store = conn.server.store
+        self.tag = tag
+        self.name = name
+        self.args = args
+        self.out: list[bytes] = []
+        self.finished = False
+
+    def untagged(self, line: bytes) -> None:
+        self.out.append(b"* " + line)
+
+    def call(self, fn: Callable, *args, **kwargs):
+        """Run a store call in the thread pool; a Deferred firing with its result."""
+        return threads.deferToThreadPool(self.server.reactor, self.server.threadpool, fn,
+                                         *args, **kwargs)
+
+    def flush(self) -> None:
+        """Send what has accumulated (used before long waits: IDLE, literals, streaming)."""
+        if self.out:
+            self.conn.write_lines(self.out)
+            self.out = []
+
+    def finish(self, status: bytes, text: str, code: str | None = None) -> None:
+        if self.finished:
+            return
+        self.finished = True
+        line = self.tag.encode() + b" " + status + b" "
+        if code:
+            line += b"[" + code.encode() + b"] "
+        line += text.encode("utf-8", "replace")
+        self.out.append(line)
+        self.conn.write_lines(self.out)
+        self.out = []
+
+    def expect_args(self, low: int, high: int | None = None) -> None:
+        high = low if high is None else high
+        if not low <= len(self.args) <= high:
+            raise Bad(f"{self.name} takes {low if low == high else f'{low} to {high}'} "
+                      f"argument(s)")
+
+
+def dispatch(ctx: CommandContext):
+    entry = _HANDLERS.get(ctx.name)
+    if entry is None:
+        if ctx.name == "UID" and ctx.args:
+            raise Bad(f"Unknown UID command {ctx.args[0]!s}")
+        raise Bad(f"Unknown command {ctx.name}")
+    fn, states = entry
+    if ctx.session.state not in states:
+        if ctx.session.state == NOT_AUTH:
+            raise Bad(f"{ctx.name} requires authentication first")
+        if SELECTED in states and AUTH not in states:
+            raise Bad(f"{ctx.name} requires a selected mailbox")
+        raise Bad(f"{ctx.name} is not allowed now")
+    return fn(ctx)

@@ -1,0 +1,64 @@
+"""Mailbox names on the wire: modified UTF-7 (RFC 3501 5.1.3) and LIST patterns (6.3.8)."""
+
+from __future__ import annotations
+
+import re
+
+import twisted.mail.imap4  # noqa: F401  (registers the "imap4-utf-7" codec)
+
+from .context import Bad
+from .wire import Atom, astring
+
+DELIMITER = "/"
+
+
+def decode_name(token) -> str:
+    """A mailbox name argument as text.
+
+    Names in modified UTF-7 are decoded strictly (a name that does not survive the round trip is
+    refused); 8-bit names are taken as UTF-8, which some clients send without UTF8=ACCEPT.
+    """
+    if isinstance(token, Atom):
+        raw = str(token).encode("ascii")
+    elif isinstance(token, bytes):
+        raw = token
+    else:
+        raise Bad("expected a mailbox name")
+    if not raw.isascii():
+        try:
+            return raw.decode("utf-8")
+        except UnicodeDecodeError:
+            raise Bad("mailbox name is neither modified UTF-7 nor UTF-8") from None
+    text = raw.decode("ascii")
+    if "&" not in text:
+        return text
+    try:
+        decoded = raw.decode("imap4-utf-7")
+    except (UnicodeDecodeError, ValueError):
+        raise Bad("invalid modified UTF-7 in mailbox name") from None
+    if decoded.encode("imap4-utf-7") != raw:
+        raise Bad("invalid modified UTF-7 in mailbox name")
+    return decoded
+
+
+def encode_name(name: str) -> bytes:
+    """A mailbox name for a response: modified UTF-7, as an astring."""
+    return astring(name.encode("imap4-utf-7"))
+
+
+def pattern_regex(reference: str, pattern: str) -> re.Pattern:
+    """LIST matching: ``*`` matches anything, ``%`` anything but the delimiter (6.3.8)."""
+    full = reference + pattern
+    out = []
+    for ch in full:
+        if ch == "*":
+            out.append(".*")
+        elif ch == "%":
+            out.append("[^" + re.escape(DELIMITER) + "]*")
+        else:
+            out.append(re.escape(ch))
+    regex = "".join(out)
+    # INBOX is case-insensitive, also as a pattern prefix.
+    if full[:5].upper() == "INBOX" and (len(full) == 5 or full[5] in (DELIMITER, "*", "%")):
+        regex = "(?i:INBOX)" + "".join(out[5:])
+    return re.compile("^" + regex + "$", re.DOTALL)

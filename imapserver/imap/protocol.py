@@ -1,0 +1,292 @@
+"""The IMAP connection: receiving commands, running them one at a time, writing responses.
+
+Receiving (RFC 3501 sections 2.2 and 7.5, RFC 7888): a command is lines and literals.  A line
+that ends with ``{n}`` announces a synchronizing literal (we answer ``+`` and read n octets),
+``{n+}`` a non-synchronizing one (LITERAL+), ``~{n}`` a literal8.  Literals may appear in any
+argument.  Literals over ``max_literal_size`` are refused before they are read (synchronizing)
+or read and discarded (LITERAL+); large ones are spooled to a temporary file, not memory.
+Lines over ``max_line_length`` are answered with BAD and skipped.
+
+Running: commands are parsed as soon as they arrive (clients pipeline), queued, and executed
+strictly one after another: a command's Deferred runs to completion before the next starts, so
+responses never interleave and state changes (SELECT, LOGOUT) apply in order.  Store calls run
+in the reactor's thread pool.  All responses of a command are written in one call.
+
+A line consumer (IDLE's DONE, AUTHENTICATE's SASL responses) takes whole lines instead of the
+command parser while it is set.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from collections import deque
+
+from twisted.internet import defer, protocol
+from twisted.python import log
+
+from . import wire
+from .context import Bad, CommandContext, No, dispatch
+
+CRLF = b"\r\n"
+SPOOL_ABOVE = 1024 * 1024
+"""Literals larger than this go to a temporary file (kept in memory up to this size)."""
+
+
+class IMAPServerProtocol(protocol.Protocol):
+    def __init__(self, server):
+        self.server = server
+        self.cfg = server.cfg
+        self.session = server.new_session(self)
+        self._buffer = bytearray()
+        self._segments: list = []
+        self._literal_left = 0
+        self._literal_sink = None
+        self._discard_literal = False
+        self._skipping_line = False
+        self._queue: deque = deque()
+        self._running = False
+        self.line_consumer = None
+        self.closed = False
+        self.logged_out = False
+        self._timeout_call = None
+
+    # -- connection -------------------------------------------------------------------------
+
+    def connectionMade(self) -> None:
+        self.server.connection_opened(self)
+        caps = " ".join(self.session.capabilities())
+        self.write_lines([b"* OK [CAPABILITY " + caps.encode() + b"] IMAP4rev1 server ready"])
+        self.reset_timeout()
+
+    def connectionLost(self, reason=None) -> None:
+        self.closed = True
+        if self._timeout_call is not None and self._timeout_call.active():
+            self._timeout_call.cancel()
+        self._queue.clear()
+        # A client may vanish mid-IDLE or mid-AUTHENTICATE: end the waiting command.
+        consumer, self.line_consumer = self.line_consumer, None
+        if consumer is not None:
+            consumer.abort()
+        self.session.close()
+        self.server.connection_closed(self)
+
+    def reset_timeout(self) -> None:
+        """Autologout timer (RFC 3501 5.4: at least 30 minutes; IDLE clients re-issue IDLE)."""
+        reactor = self.server.reactor
+        seconds = self.cfg["imap"]["idle_timeout"]
+        if self.line_consumer is not None and getattr(self.line_consumer, "idle", False):
+            seconds = max(seconds, 29 * 60) * 2  # IDLE: longer, RFC 2177 suggests re-issuing
+        if self._timeout_call is not None and self._timeout_call.active():
+            self._timeout_call.reset(seconds)
+        else:
+            self._timeout_call = reactor.callLater(seconds, self._timed_out)
+
+    def _timed_out(self) -> None:
+        if not self.closed:
+            self.write_lines([b"* BYE Autologout; idle for too long"])
+            self.logged_out = True
+            self.transport.loseConnection()
+
+    # -- output -----------------------------------------------------------------------------
+
+    def write_lines(self, lines: list[bytes]) -> None:
+        """Write whole response lines (each without CRLF) in one call."""
+        if self.closed or not lines:
+            return
+        out = []
+        for line in lines:
+            out.append(line)
+            out.append(CRLF)
+        self.transport.writeSequence(out)
+
+    def write_raw(self, data: list[bytes]) -> None:
+        if not self.closed:
+            self.transport.writeSequence(data)
+
+    # -- input ------------------------------------------------------------------------------
+
+    def dataReceived(self, data: bytes) -> None:
+        if self.logged_out:
+            return  # nothing is read (or answered) after LOGOUT
+        self._buffer += data
+        self.reset_timeout()
+        try:
+            self._consume()
+        except Exception:
+            log.err(None, "IMAP input processing failed")
+            self.write_lines([b"* BYE Internal error"])
+            self.transport.loseConnection()
+
+    def _consume(self) -> None:
+        max_line = self.cfg["imap"]["max_line_length"]
+        while self._buffer and not self.logged_out:
+            if self._literal_left:
+                take = min(self._literal_left, len(self._buffer))
+                if not self._discard_literal:
+                    self._literal_sink.write(bytes(self._buffer[:take]))
+                del self._buffer[:take]
+                self._literal_left -= take
+                if self._literal_left == 0:
+                    self._finish_literal()
+                continue
+            end = self._buffer.find(b"\n")
+            if end < 0:
+                if len(self._buffer) > max_line:
+                    self._skipping_line = True
+                    self._buffer.clear()
+                return
+            line = bytes(self._buffer[:end])
+            del self._buffer[:end + 1]
+            if line.endswith(b"\r"):
+                line = line[:-1]
+            if self._skipping_line or len(line) > max_line:
+                self._skipping_line = False
+                self._segments = []
+                self._discard_literal = False
+                tag = line.split(b" ", 1)[0] if line else b"*"
+                self._reject_line(tag, "line too long")
+                continue
+            if self.line_consumer is not None and not self._segments:
+                self.line_consumer.line_received(line)
+                continue
+            self._line(line)
+
+    def _line(self, line: bytes) -> None:
+        literal = _literal_announcement(line)
+        if literal is None:
+            self._segments.append(line)
+            segments, self._segments = self._segments, []
+            if self._discard_literal:
+                self._discard_literal = False
+                return  # the command was already refused when its literal was
+            self._enqueue(segments)
+            return
+        size, sync, _binary = literal
+        self._segments.append(line)
+        limit = self.cfg["imap"]["max_literal_size"]
+        if size > limit:
+            tag = self._segments[0].split(b" ", 1)[0]
+            self.write_lines([tag + b" NO [TOOBIG] Literal larger than %d octets" % limit])
+            if sync:
+                # The client will not send it; forget the command.
+                self._segments = []
+                return
+            self._discard_literal = True  # LITERAL+: it is coming anyway; swallow it
+            self._literal_left = size
+            if size == 0:
+                self._finish_literal()
+            return
+        self._literal_sink = (tempfile.SpooledTemporaryFile(max_size=SPOOL_ABOVE)
+                              if size > SPOOL_ABOVE else _Bytes())
+        self._literal_left = size
+        if sync:
+            self.write_lines([b"+ Ready for literal data"])
+        if size == 0:
+            self._finish_literal()
+
+    def _finish_literal(self) -> None:
+        if self._discard_literal:
+            self._segments.append(b"")
+            return
+        sink, self._literal_sink = self._literal_sink, None
+        value = sink.getvalue() if isinstance(sink, _Bytes) else sink
+        if not isinstance(value, bytes):
+            value.seek(0)
+        self._segments.append(value)
+
+    def _reject_line(self, tag: bytes, reason: str) -> None:
+        tag = tag if _valid_tag(tag) else b"*"
+        self.write_lines([tag + b" BAD " + reason.encode()])
+
+    # -- the command queue ------------------------------------------------------------------
+
+    def _enqueue(self, segments: list) -> None:
+        try:
+            tokens = wire.tokenize(segments)
+        except wire.ParseError as exc:
+            head = segments[0].split(b" ", 1)[0] if segments and isinstance(segments[0], bytes) \
+                else b"*"
+            self._reject_line(head, f"Parse error: {exc}")
+            return
+        if not tokens:
+            self._reject_line(b"*", "Empty command line")
+            return
+        self._queue.append(tokens)
+        if not self._running:
+            self._run_next()
+
+    def _run_next(self) -> None:
+        while self._queue and not self.closed and not self.logged_out:
+            tokens = self._queue.popleft()
+            self._running = True
+            d = defer.maybeDeferred(self._execute, tokens)
+            if not d.called:
+                d.addBoth(self._command_done)
+                return
+            d.addBoth(lambda _: None)
+        self._running = False
+
+    def _command_done(self, _result) -> None:
+        self._running = False
+        if not self.closed:
+            self._run_next()
+
+    @defer.inlineCallbacks
+    def _execute(self, tokens: list):
+        tag = tokens[0]
+        if not isinstance(tag, wire.Atom) or not _valid_tag(tag.encode()):
+            self._reject_line(b"*", "Missing or invalid tag")
+            return
+        if len(tokens) < 2 or not isinstance(tokens[1], wire.Atom):
+            self.write_lines([tag.encode() + b" BAD Missing command"])
+            return
+        ctx = CommandContext(self, tag, tokens[1].upper(), tokens[2:])
+        try:
+            yield dispatch(ctx)
+        except Bad as exc:
+            ctx.finish(b"BAD", exc.text, exc.code)
+        except No as exc:
+            ctx.finish(b"NO", exc.text, exc.code)
+        except Exception as exc:  # a bug or a store failure: answer, keep the session
+            code, text = self.server.describe_error(exc)
+            if code is None:
+                log.err(None, f"IMAP command {ctx.name} failed")
+            ctx.finish(b"NO", text, code)
+        else:
+            if not ctx.finished:
+                ctx.finish(b"OK", f"{ctx.name} completed")
+
+
+class _Bytes:
+    """An in-memory literal sink with the file methods the receiver uses."""
+
+    def __init__(self) -> None:
+        self.parts: list[bytes] = []
+
+    def write(self, data: bytes) -> None:
+        self.parts.append(data)
+
+    def getvalue(self) -> bytes:
+        return b"".join(self.parts)
+
+
+def _literal_announcement(line: bytes) -> tuple[int, bool, bool] | None:
+    """(size, synchronizing, literal8) if the line ends with a literal announcement."""
+    if not line.endswith(b"}"):
+        return None
+    start = line.rfind(b"{")
+    if start < 0:
+        return None
+    body = line[start + 1:-1]
+    sync = not body.endswith(b"+")
+    if not sync:
+        body = body[:-1]
+    if not body.isdigit() or len(body) > 18:
+        return None
+    binary = start > 0 and line[start - 1:start] == b"~"
+    return int(body), sync, binary
+
+
+def _valid_tag(tag: bytes) -> bool:
+    return bool(tag) and tag != b"*" and all(
+        33 <= c < 127 and c not in b'(){%*"\\+' for c in tag)

@@ -1,0 +1,170 @@
+"""The selected mailbox as one session sees it: sequence numbers and pending changes.
+
+RFC 3501 2.3.1.2: message sequence numbers are per session and change only when the session is
+told (EXPUNGE); new messages appear at the end (EXISTS).  A session therefore keeps its own
+list of UIDs (sequence number = index + 1) and learns of other sessions' changes -- in this
+process, another process, or from delivery -- by comparing the mailbox's counters with what it
+last saw.  Everything here runs in a worker thread (it calls the store); nothing touches the
+network.
+
+Change detection (docs/decisions/0007-imap-change-detection.md): every change to a mailbox
+bumps its MODSEQ counter and every new message moves its UID watermark.  When only appends
+happened, the MODSEQ delta equals the number of new messages, and one bounded scan of the new
+UIDs is enough.  Otherwise (expunge, flag change) the session rescans the commit and flag cells
+of the mailbox once and diffs: EXPUNGE for UIDs gone, FETCH FLAGS for flags changed since.
+"""
+
+from __future__ import annotations
+
+import bisect
+from array import array
+from dataclasses import dataclass, field
+
+from mailstore.mailboxes import COUNT, MODSEQ, VISIBLE, Mailbox
+from mailstore.messages import FLAGS, STATE
+from mailstore.store import MailStore
+
+
+@dataclass
+class Changes:
+    """What a refresh found, in the order RFC 3501 wants it reported."""
+
+    expunged_seqs: list[int] = field(default_factory=list)  # descending, current numbering
+    exists: int | None = None
+    recent: int | None = None
+    flags: list[tuple[int, int, frozenset[str], int]] = field(default_factory=list)
+    # (seq, uid, flags, modseq)
+
+    def __bool__(self) -> bool:
+        return bool(self.expunged_seqs or self.exists is not None or self.flags)
+
+
+class SelectedMailbox:
+    """A session's view of one mailbox.  Methods that touch the store run in a thread."""
+
+    def __init__(self, store: MailStore, mailbox: Mailbox, readonly: bool):
+        self.store = store
+        self.mailbox = mailbox
+        self.readonly = readonly
+        self.uids = array("q")
+        self.recent: set[int] = set()
+        self.known_modseq = 0
+        self.known_visible = 0
+        self.first_unseen: int | None = None
+        self.unseen_count = 0
+        self.keywords: set[str] = set()
+        # Flag changes this session made and already reported: uid -> their MODSEQ.
+        self.own_flags: dict[int, int] = {}
+
+    # -- opening ----------------------------------------------------------------------------
+
+    def load(self) -> None:
+        """Read UIDs and flags once (SELECT).  One bounded scan of the small cells."""
+        counters = self.store.mailboxes.counters(self.mailbox.id)
+        self.known_modseq = counters[MODSEQ]
+        self.known_visible = counters[VISIBLE]
+        uids = array("q")
+        first_unseen = None
+        unseen = 0
+        for view in self.store.messages.scan(self.mailbox.id, columns=[STATE, FLAGS],
+                                             high_uid=self.known_visible, batch_size=5000):
+            uids.append(view.uid)
+            self.keywords.update(f for f in view.flags.names if not f.startswith("\\"))
+            if not view.flags.seen:
+                unseen += 1
+                if first_unseen is None:
+                    first_unseen = len(uids)
+        self.uids = uids
+        self.first_unseen = first_unseen
+        self.unseen_count = unseen
+        # \Recent (RFC 3501 2.3.2) is approximated per session: messages that arrive while this
+        # session has the mailbox selected are recent to it.  No session "owns" older mail.
+        self.recent = set()
+
+    # -- sequence numbers --------------------------------------------------------------------
+
+    def seq_of(self, uid: int) -> int | None:
+        i = bisect.bisect_left(self.uids, uid)
+        return i + 1 if i < len(self.uids) and self.uids[i] == uid else None
+
+    @property
+    def exists(self) -> int:
+        return len(self.uids)
+
+    # -- refresh ----------------------------------------------------------------------------
+
+    def refresh(self) -> Changes:
+        """Learn what changed since the last look; apply it to the sequence numbers."""
+        row = self.store.mailboxes.rows.row(self.mailbox.id, [MODSEQ, VISIBLE, COUNT])
+        from mailstore.backends.base import decode_counter
+        modseq = decode_counter(row.get(MODSEQ))
+        visible = decode_counter(row.get(VISIBLE))
+        count = decode_counter(row.get(COUNT))
+        changes = Changes()
+        if modseq == self.known_modseq and visible == self.known_visible:
+            return changes
+        new = []
+        if visible > self.known_visible:
+            new = list(self.store.messages.scan(self.mailbox.id, low_uid=self.known_visible + 1,
+                                                high_uid=visible, columns=[STATE, FLAGS]))
+        appends_only = (len(new) == modseq - self.known_modseq
+                        and count == len(self.uids) + len(new)
+                        and all(v.record.modseq > self.known_modseq for v in new))
+        if appends_only:
+            for view in new:
+                self.uids.append(view.uid)
+                self.recent.add(view.uid)
+            if new:
+                changes.exists = len(self.uids)
+        else:
+            self._rescan(changes, visible)
+        self.known_modseq = modseq
+        self.known_visible = visible
+        return changes
+
+    def _rescan(self, changes: Changes, visible: int) -> None:
+        current: dict[int, tuple[frozenset[str], int]] = {}
+        order = array("q")
+        for view in self.store.messages.scan(self.mailbox.id, columns=[STATE, FLAGS],
+                                             high_uid=visible, batch_size=5000):
+            order.append(view.uid)
+            current[view.uid] = (view.flags.names, view.flags.modseq)
+        # Expunges: report from the highest sequence number down, so that each number is still
+        # valid when the client applies the previous EXPUNGE.
+        for seq in range(len(self.uids), 0, -1):
+            uid = self.uids[seq - 1]
+            if uid not in current:
+                changes.expunged_seqs.append(seq)
+                self.recent.discard(uid)
+        old_last = self.uids[-1] if self.uids else 0
+        kept = array("q", (u for u in self.uids if u in current))
+        added = [u for u in order if u > old_last]
+        kept.extend(added)
+        self.recent.update(added)
+        self.uids = kept
+        if added:
+            changes.exists = len(self.uids)
+        for seq, uid in enumerate(self.uids, start=1):
+            names, flag_modseq = current[uid]
+            if flag_modseq > self.known_modseq and uid not in added \
+                    and self.own_flags.get(uid) != flag_modseq:
+                changes.flags.append((seq, uid, names, flag_modseq))
+        self.own_flags.clear()
+
+    def note_own_flags(self, changed) -> None:
+        """Remember flag changes this session reported itself, so a refresh does not repeat
+        them as if another session had made them."""
+        for uid, flags in changed:
+            self.own_flags[uid] = flags.modseq
+
+    def forget(self, uids: list[int]) -> list[int]:
+        """Remove expunged UIDs this session itself expunged; returns their sequence numbers,
+        descending (the order EXPUNGE responses must use)."""
+        seqs = []
+        gone = set(uids)
+        for seq in range(len(self.uids), 0, -1):
+            if self.uids[seq - 1] in gone:
+                seqs.append(seq)
+        self.uids = array("q", (u for u in self.uids if u not in gone))
+        self.recent.difference_update(gone)
+        return seqs

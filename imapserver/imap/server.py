@@ -1,0 +1,82 @@
+"""The IMAP service: listeners, shared resources, limits and error mapping."""
+
+from __future__ import annotations
+
+from twisted.internet import protocol
+from twisted.python.threadpool import ThreadPool
+
+from mailstore import errors
+
+from .notify import Watchers
+from .protocol import IMAPServerProtocol
+from .session import Session
+
+# Domain errors become NO with a response code (RFC 5530); the text names what was wrong.
+_ERROR_CODES = {
+    errors.NotFound: "NONEXISTENT",
+    errors.AlreadyExists: "ALREADYEXISTS",
+    errors.InvalidName: "CANNOT",
+    errors.OverQuota: "OVERQUOTA",
+    errors.TooLarge: "TOOBIG",
+    errors.Conflict: "INUSE",
+    errors.BackendUnavailable: "UNAVAILABLE",
+}
+
+
+class IMAPServer(protocol.ServerFactory):
+    def __init__(self, store, cfg, reactor, tls_context=None, threads: int = 20):
+        self.store = store
+        self.cfg = cfg
+        self.reactor = reactor
+        self.tls_context = tls_context
+        self.threadpool = ThreadPool(minthreads=1, maxthreads=threads, name="imap-store")
+        self.threadpool.start()
+        self.connections: set = set()
+        self.per_user: dict[str, int] = {}
+        self.watchers = Watchers(self)
+
+    def buildProtocol(self, addr):
+        conn = IMAPServerProtocol(self)
+        conn.factory = self
+        return conn
+
+    def new_session(self, conn) -> Session:
+        return Session(self, conn)
+
+    def connection_opened(self, conn) -> None:
+        self.connections.add(conn)
+        if len(self.connections) > self.cfg["imap"]["max_connections"]:
+            conn.write_lines([b"* BYE Too many connections, try again later"])
+            conn.logged_out = True
+            conn.transport.loseConnection()
+
+    def connection_closed(self, conn) -> None:
+        self.connections.discard(conn)
+
+    def user_logged_in(self, user: str) -> bool:
+        """Count a session for ``user``; False (and nothing counted) when over the limit."""
+        if self.per_user.get(user, 0) >= self.cfg["imap"]["max_connections_per_user"]:
+            return False
+        self.per_user[user] = self.per_user.get(user, 0) + 1
+        return True
+
+    def user_logged_out(self, user: str) -> None:
+        left = self.per_user.get(user, 1) - 1
+        if left > 0:
+            self.per_user[user] = left
+        else:
+            self.per_user.pop(user, None)
+
+    def describe_error(self, exc: Exception) -> tuple[str | None, str]:
+        for cls, code in _ERROR_CODES.items():
+            if isinstance(exc, cls):
+                return code, str(exc) or cls.__name__
+        return None, "Internal server error"
+
+    def stop(self):
+        self.watchers.stop()
+        for conn in list(self.connections):
+            conn.write_lines([b"* BYE Server shutting down"])
+            conn.logged_out = True
+            conn.transport.loseConnection()
+        self.threadpool.stop()

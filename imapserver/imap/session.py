@@ -1,0 +1,55 @@
+"""Per-connection state: who is logged in, what is selected, what was enabled."""
+
+from __future__ import annotations
+
+from .context import AUTH, NOT_AUTH, SELECTED
+
+
+class Session:
+    def __init__(self, server, conn):
+        self.server = server
+        self.conn = conn
+        self.user: str | None = None
+        self.selected = None  # SelectedMailbox
+        self.enabled: set[str] = set()
+        self.tls = getattr(server, "implicit_tls", False)
+
+    @property
+    def state(self) -> str:
+        if self.user is None:
+            return NOT_AUTH
+        return SELECTED if self.selected is not None else AUTH
+
+    def plaintext_allowed(self) -> bool:
+        """RFC 3501 6.2.3 / RFC 8314: no cleartext passwords before TLS unless configured."""
+        if self.tls:
+            return True
+        policy = self.server.cfg["imap"]["plaintext_auth"]
+        if policy == "yes":
+            return True
+        if policy == "loopback":
+            peer = self.conn.transport.getPeer()
+            host = getattr(peer, "host", "")
+            return host.startswith("127.") or host == "::1"
+        return False
+
+    def capabilities(self) -> list[str]:
+        caps = ["IMAP4rev1", "LITERAL+", "SASL-IR", "ID", "ENABLE", "IDLE", "NAMESPACE",
+                "UIDPLUS", "MOVE", "UNSELECT", "CHILDREN", "SPECIAL-USE", "LIST-EXTENDED",
+                "LIST-STATUS", "MULTIAPPEND",
+                f"APPENDLIMIT={self.server.cfg['imap']['max_literal_size']}"]
+        if self.user is None:
+            if not self.tls and self.server.tls_context is not None:
+                caps.append("STARTTLS")
+            if self.plaintext_allowed():
+                caps += ["AUTH=PLAIN", "AUTH=LOGIN"]
+            else:
+                caps.append("LOGINDISABLED")
+        return caps
+
+    def close(self) -> None:
+        self.server.watchers.unwatch(self)
+        if self.user is not None:
+            self.server.user_logged_out(self.user)
+            self.user = None
+        self.selected = None

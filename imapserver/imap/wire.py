@@ -1,0 +1,185 @@
+"""IMAP wire format: splitting a command into tokens, and writing strings back.
+
+Grammar (RFC 3501 section 9, RFC 7888 for LITERAL+, RFC 3516 for literal8)::
+
+    command    = tag SP command-name *(SP argument) CRLF
+    argument   = atom / quoted / literal / "(" [argument *(SP argument)] ")"
+    quoted     = DQUOTE *(QUOTED-CHAR / "\\" quoted-specials) DQUOTE
+    literal    = "{" number ["+"] "}" CRLF *OCTET      ; literal8: "~{" number ["+"] "}"
+
+A command arrives as *segments*: the text of each line and the literals between them (the
+receiver in protocol.py collects them, honouring literals anywhere, not only where a mailbox
+name or a message is expected).  :func:`tokenize` turns segments into Python values:
+
+* ``Atom`` (a ``str`` subclass) for atoms, including FETCH items such as
+  ``BODY.PEEK[HEADER.FIELDS (FROM TO)]<0.100>`` -- brackets and the partial suffix belong to
+  the atom, spaces and parentheses inside brackets included;
+* ``bytes`` for quoted strings (escapes resolved), ``Literal`` (a ``bytes`` subclass) for
+  literals;
+* a file object for a literal the receiver spooled to disk (large APPEND messages);
+* ``list`` for a parenthesised list.
+"""
+
+from __future__ import annotations
+
+import re
+
+
+class ParseError(ValueError):
+    """A malformed command; the message says what was wrong (sent in a tagged BAD)."""
+
+
+class Literal(bytes):
+    """A literal's value (as opposed to a quoted string): APPEND tells its message by this."""
+
+    __slots__ = ()
+
+
+class Atom(str):
+    """An atom as sent (case preserved).  Compare with ``.upper()`` for keywords."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return f"Atom({str(self)!r})"
+
+
+_ATOM_SPECIALS = set(b'(){ %*"\\]') | set(range(0, 32)) | {127}
+_QUOTABLE = re.compile(rb'^[^\r\n\x00"\\]*$')
+
+
+def tokenize(segments: list) -> list:
+    """Tokens of a whole command (tag and name included), from its line and literal segments.
+
+    ``segments`` alternates line text (bytes, without the literal announcement's CRLF) and
+    literal values (bytes or file objects), starting and ending with line text.  Raises
+    ParseError for malformed input.
+    """
+    stack: list[list] = [[]]
+    for index, segment in enumerate(segments):
+        if index % 2 == 1:  # a literal
+            stack[-1].append(Literal(segment) if isinstance(segment, bytes) else segment)
+            continue
+        _scan_line(segment, stack, literal_follows=index + 1 < len(segments))
+    if len(stack) != 1:
+        raise ParseError("unbalanced parentheses")
+    return stack[0]
+
+
+def _scan_line(line: bytes, stack: list[list], literal_follows: bool) -> None:
+    i, n = 0, len(line)
+    while i < n:
+        c = line[i]
+        if c == 0x20:
+            i += 1
+        elif c == 0x28:  # (
+            new: list = []
+            stack[-1].append(new)
+            stack.append(new)
+            i += 1
+        elif c == 0x29:  # )
+            if len(stack) == 1:
+                raise ParseError("unexpected ')'")
+            stack.pop()
+            i += 1
+        elif c == 0x22:  # "
+            value, i = _quoted(line, i)
+            stack[-1].append(value)
+        elif c == 0x7B or (c == 0x7E and i + 1 < n and line[i + 1] == 0x7B):  # { or ~{
+            end = line.find(b"}", i)
+            if end != n - 1 or not literal_follows:
+                raise ParseError("literal announcement must end the line")
+            i = n  # the literal itself is the next segment
+        else:
+            value, i = _atom(line, i)
+            stack[-1].append(value)
+
+
+def _quoted(line: bytes, i: int) -> tuple[bytes, int]:
+    out = bytearray()
+    i += 1
+    n = len(line)
+    while i < n:
+        c = line[i]
+        if c == 0x5C:  # backslash: only \" and \\ are allowed (RFC 3501 quoted-specials)
+            if i + 1 >= n or line[i + 1] not in (0x22, 0x5C):
+                raise ParseError("bad escape in quoted string")
+            out.append(line[i + 1])
+            i += 2
+        elif c == 0x22:
+            return bytes(out), i + 1
+        elif c in (0x0D, 0x0A):
+            raise ParseError("line break in quoted string")
+        else:
+            out.append(c)
+            i += 1
+    raise ParseError("unterminated quoted string")
+
+
+def _atom(line: bytes, i: int) -> tuple[Atom, int]:
+    start = i
+    n = len(line)
+    depth = 0
+    while i < n:
+        c = line[i]
+        if c == 0x5B:  # [ opens a section: everything up to the matching ] is in the atom
+            depth += 1
+        elif c == 0x5D:
+            if depth == 0:
+                raise ParseError("unexpected ']'")
+            depth -= 1
+        elif depth == 0 and (c in _ATOM_SPECIALS and c not in (0x25, 0x2A, 0x5C)):
+            # % and * are list wildcards, \ starts flags: all allowed inside our atoms.
+            break
+        i += 1
+    if depth:
+        raise ParseError("unterminated '['")
+    if i < n and line[i] == 0x3C:  # <partial> suffix of a FETCH item
+        end = line.find(b">", i)
+        if end < 0:
+            raise ParseError("unterminated '<'")
+        i = end + 1
+    if i == start:
+        raise ParseError(f"unexpected character {chr(line[i])!r}")
+    try:
+        text = line[start:i].decode("ascii")
+    except UnicodeDecodeError:
+        raise ParseError("8-bit characters in an atom") from None
+    return Atom(text), i
+
+
+# -- writing ---------------------------------------------------------------------------------
+
+def quoted_or_literal(value: bytes | str) -> bytes:
+    """An IMAP string: quoted when it can be, a literal otherwise (8-bit, CR/LF, quotes...)."""
+    if isinstance(value, str):
+        value = value.encode("utf-8")
+    if len(value) < 1024 and _QUOTABLE.match(value) and value.isascii():
+        return b'"' + value + b'"'
+    return b"{%d}\r\n" % len(value) + value
+
+
+def nstring(value: bytes | str | None) -> bytes:
+    return b"NIL" if value is None else quoted_or_literal(value)
+
+
+def astring(value: bytes | str) -> bytes:
+    """An astring: a bare atom when it is one, else a string."""
+    if isinstance(value, str):
+        value = value.encode("utf-8")
+    if value and value.isascii() and not any(c in _ATOM_SPECIALS for c in value) \
+            and value.upper() != b"NIL":
+        return value
+    return quoted_or_literal(value)
+
+
+def as_text(token, what: str = "argument") -> str:
+    """An astring argument as text (atoms, quoted strings and literals alike)."""
+    if isinstance(token, Atom):
+        return str(token)
+    if isinstance(token, bytes):
+        try:
+            return token.decode("utf-8")
+        except UnicodeDecodeError:
+            raise ParseError(f"{what} is not valid UTF-8") from None
+    raise ParseError(f"expected a string for {what}")

@@ -1,0 +1,123 @@
+"""The ``imapserver`` process: IMAP, SMTP and LMTP listeners over one mail store.
+
+Twisted runs on its asyncio reactor so that the aiosmtpd listeners share the same event loop
+and thread; the store is synchronous and is called from a thread pool (``deferToThread`` on the
+IMAP side, ``asyncio.to_thread`` on the delivery side), so one slow HBase call never stalls the
+other connections.
+
+Each listener prints one line ``<name> listening on <host>:<port>`` once it is bound.  A port of
+0 disables a listener (as in the config file); ``auto`` on the command line binds a port the kernel
+chooses, and the printed line is how scripts and tests learn it.  (Picking a free port in the test
+and passing its number would race with any other process binding ports in between.)
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import signal
+import sys
+
+from mailstore import config as configmod
+from mailstore.backends import open_backend
+from mailstore.errors import MailStoreError
+from mailstore.store import MailStore
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="imapserver", description="IMAP/SMTP/LMTP server over "
+                                "the HBase mail store (embedded store by default).")
+    p.add_argument("--config", help="configuration file (see conf/imapserver.conf)")
+    p.add_argument("--data-dir", help="directory of the embedded store")
+    p.add_argument("--backend", choices=["embedded", "hbase"])
+    p.add_argument("--hbase-host")
+    p.add_argument("--hbase-port", type=int)
+    p.add_argument("--host", help="address every listener binds to")
+    p.add_argument("--imap-port", type=port_arg, help="IMAP with STARTTLS (0 disables, auto: "
+                   "any free port)")
+    p.add_argument("--imaps-port", type=port_arg, help="IMAP over implicit TLS (0 disables, "
+                   "auto: any free port)")
+    p.add_argument("--smtp-port", type=port_arg, help="SMTP (0 disables, auto: any free port)")
+    p.add_argument("--lmtp-port", type=port_arg, help="LMTP (0 disables, auto: any free port)")
+    return p
+
+
+def port_arg(text: str) -> int | str:
+    """A listener port: a number (0 disables) or ``auto`` (see services.listen_port)."""
+    if text == "auto":
+        return text
+    port = int(text)
+    if not 0 <= port <= 65535:
+        raise ValueError(text)
+    return port
+
+
+def load_config(args: argparse.Namespace) -> configmod.Config:
+    overrides = {
+        "store": {"data_dir": args.data_dir, "backend": args.backend},
+        "hbase": {"host": args.hbase_host, "port": args.hbase_port},
+        "imap": {"port": args.imap_port, "imaps_port": args.imaps_port, "host": args.host},
+        "delivery": {"smtp_port": args.smtp_port, "lmtp_port": args.lmtp_port,
+                     "host": args.host},
+    }
+    return configmod.load(args.config, overrides)
+
+
+def open_store(cfg: configmod.Config) -> MailStore:
+    name, options = cfg.backend_options()
+    return MailStore(open_backend(name, options), **cfg.store_options())
+
+
+def announce(name: str, host: str, port: int) -> None:
+    print(f"{name} listening on {host}:{port}", flush=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        cfg = load_config(args)
+        store = open_store(cfg)
+    except (configmod.ConfigError, ValueError) as exc:
+        print(f"imapserver: {exc}", file=sys.stderr)
+        return 2
+    except MailStoreError as exc:
+        print(f"imapserver: cannot open the store: {exc}", file=sys.stderr)
+        return 1
+
+    loop = asyncio.new_event_loop()
+    asyncio.set_event_loop(loop)
+    from twisted.internet import asyncioreactor
+    asyncioreactor.install(loop)
+    from twisted.internet import reactor
+
+    from .services import start_services, stop_services
+
+    services = []
+
+    def started() -> None:
+        try:
+            services.extend(start_services(store, cfg, reactor, loop, announce))
+        except Exception as exc:  # a port in use, a bad certificate, ...
+            print(f"imapserver: cannot start: {exc}", file=sys.stderr)
+            reactor.stop()
+            started.failed = True  # type: ignore[attr-defined]
+
+    started.failed = False  # type: ignore[attr-defined]
+
+    def shutdown(*_args) -> None:
+        reactor.callFromThread(_stop)
+
+    def _stop() -> None:
+        d = stop_services(services, reactor, loop)
+        d.addBoth(lambda _: reactor.stop() if reactor.running else None)
+
+    reactor.callWhenRunning(started)
+    signal.signal(signal.SIGTERM, shutdown)
+    signal.signal(signal.SIGINT, shutdown)
+    reactor.run(installSignalHandlers=False)
+    store.close()
+    return 1 if started.failed else 0  # type: ignore[attr-defined]
+
+
+if __name__ == "__main__":
+    sys.exit(main())

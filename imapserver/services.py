@@ -1,0 +1,41 @@
+"""Starting and stopping the process's listeners.
+
+Each protocol package exposes ``start(store, cfg, reactor, loop, announce)`` returning a list of
+running services; a service has ``name`` and ``stop()``, which returns a Deferred, an awaitable
+or None.  Stopping stops accepting first, then lets the protocol finish or close its sessions.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+
+from twisted.internet import defer
+
+
+def start_services(store, cfg, reactor, loop, announce) -> list:
+    from . import delivery, imap
+
+    services = []
+    services += imap.start(store, cfg, reactor, loop, announce)
+    services += delivery.start(store, cfg, reactor, loop, announce)
+    return services
+
+
+def listen_port(value: int | str) -> int | None:
+    """The port a listener binds for a configured ``value``: None when it is disabled (0),
+    0 (the kernel chooses; the listener announces the port it got) for ``auto``."""
+    if value == "auto":
+        return 0
+    return int(value) or None
+
+
+def stop_services(services, reactor, loop) -> defer.Deferred:
+    waits = []
+    for service in services:
+        result = service.stop()
+        if isinstance(result, defer.Deferred):
+            waits.append(result)
+        elif inspect.isawaitable(result):
+            waits.append(defer.Deferred.fromFuture(asyncio.ensure_future(result, loop=loop)))
+    return defer.DeferredList(waits, consumeErrors=True)

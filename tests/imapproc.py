@@ -1,0 +1,160 @@
+"""A real ``imapserver`` subprocess for IMAP tests, and a raw transcript client.
+
+The server listens on ports the kernel picks (``--imap-port auto``); the test learns them from
+the ``<name> listening on host:port`` lines.  Users are created beforehand through the store on
+the same data directory (the embedded store is shared by processes).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import selectors
+import socket
+import subprocess
+import sys
+import time
+
+from mailstore.backends.embedded import EmbeddedBackend
+from mailstore.store import MailStore
+
+START_TIMEOUT = 30.0
+
+
+class ServerProcess:
+    def __init__(self, data_dir: str, *extra: str, config: str | None = None):
+        self.data_dir = data_dir
+        self.extra = list(extra)
+        self.config = config
+        self.ports: dict[str, int] = {}
+        self.proc: subprocess.Popen | None = None
+        self.output: list[str] = []
+
+    def __enter__(self) -> ServerProcess:
+        return self.start()
+
+    def start(self) -> ServerProcess:
+        cmd = [sys.executable, "-m", "imapserver.main", "--data-dir", self.data_dir,
+               "--imap-port", "auto", "--imaps-port", "0", "--smtp-port", "0",
+               "--lmtp-port", "0", *self.extra]
+        if self.config:
+            cmd += ["--config", self.config]
+        env = dict(os.environ, PYTHONUNBUFFERED="1")
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                     env=env)
+        wanted = {"imap"} | {n for n in ("smtp", "lmtp", "imaps") if f"--{n}-port" in
+                            self.extra and self.extra[self.extra.index(f"--{n}-port") + 1] != "0"}
+        sel = selectors.DefaultSelector()
+        sel.register(self.proc.stdout, selectors.EVENT_READ)
+        deadline = time.monotonic() + START_TIMEOUT
+        buffer = b""
+        while set(self.ports) < wanted:
+            if time.monotonic() > deadline or self.proc.poll() is not None:
+                self.stop()
+                raise RuntimeError("imapserver did not start:\n" + "\n".join(self.output)
+                                   + buffer.decode(errors="replace"))
+            if not sel.select(timeout=0.5):
+                continue
+            chunk = os.read(self.proc.stdout.fileno(), 4096)
+            buffer += chunk
+            *lines, buffer = buffer.split(b"\n")
+            for line in lines:
+                text = line.decode(errors="replace")
+                self.output.append(text)
+                m = re.match(r"(\w+) listening on (\S+):(\d+)", text)
+                if m:
+                    self.ports[m.group(1)] = int(m.group(3))
+        sel.close()
+        return self
+
+    @property
+    def port(self) -> int:
+        return self.ports["imap"]
+
+    def stop(self) -> int | None:
+        if self.proc is None:
+            return None
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.proc.stdout.close()
+        code = self.proc.returncode
+        self.proc = None
+        return code
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+def make_users(data_dir: str, *users: tuple[str, str]) -> None:
+    store = MailStore(EmbeddedBackend(data_dir, synchronous="NORMAL"))
+    for name, password in users:
+        store.create_user(name, password)
+    store.close()
+
+
+class Client:
+    """A raw IMAP connection for transcript tests: send bytes, read responses exactly."""
+
+    def __init__(self, port: int, host: str = "127.0.0.1", timeout: float = 10.0):
+        self.sock = socket.create_connection((host, port), timeout=timeout)
+        self.buffer = b""
+        self.greeting = self.read_line()
+
+    def close(self) -> None:
+        self.sock.close()
+
+    def send(self, data: bytes | str) -> None:
+        if isinstance(data, str):
+            data = data.encode()
+        self.sock.sendall(data)
+
+    def read_line(self) -> bytes:
+        while b"\r\n" not in self.buffer:
+            chunk = self.sock.recv(65536)
+            if not chunk:
+                raise ConnectionError("connection closed; buffer: %r" % self.buffer)
+            self.buffer += chunk
+        line, self.buffer = self.buffer.split(b"\r\n", 1)
+        return line
+
+    def read_response_line(self) -> bytes:
+        """One response line with any literals it announces folded in."""
+        line = self.read_line()
+        while True:
+            m = re.search(rb"\{(\d+)\}$", line)
+            if not m:
+                return line
+            size = int(m.group(1))
+            while len(self.buffer) < size:
+                chunk = self.sock.recv(65536)
+                if not chunk:
+                    raise ConnectionError("closed inside a literal")
+                self.buffer += chunk
+            line += b"\r\n" + self.buffer[:size]
+            self.buffer = self.buffer[size:]
+            line += self.read_line()
+
+    def until_tagged(self, tag: str) -> list[bytes]:
+        """Read response lines up to and including the one tagged ``tag``."""
+        lines = []
+        while True:
+            line = self.read_response_line()
+            lines.append(line)
+            if line.startswith(tag.encode() + b" "):
+                return lines
+
+    def cmd(self, tag: str, text: str) -> list[bytes]:
+        self.send(f"{tag} {text}\r\n")
+        return self.until_tagged(tag)
+
+    def closed_by_peer(self, timeout: float = 5.0) -> bool:
+        self.sock.settimeout(timeout)
+        try:
+            return self.sock.recv(1) == b""
+        except OSError:
+            return True
