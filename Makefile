@@ -6,8 +6,11 @@ BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed
 DATA    ?= data
 SUDO    := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+# Debian packages the tests and the bench run: swaks (an SMTP/LMTP client) and Dovecot's LMTP
+# server (the bench's yardstick).  Installed by the venv step, only those that are missing.
+DEBIAN_TEST_PKGS := swaks dovecot-core dovecot-lmtpd
 
-.PHONY: run test lint bench schema clean venv
+.PHONY: run test lint bench schema clean venv debian-test-pkgs
 
 venv: $(STAMP)
 
@@ -17,13 +20,22 @@ $(STAMP): setup.cfg pyproject.toml
 	  $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq python3-venv >/dev/null && \
 	  $(PY) -m venv $(VENV); }
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[test]'
+	$(BIN)/pip install -q -e '.[test]' --config-settings editable_mode=compat
+	@$(MAKE) --no-print-directory debian-test-pkgs
 	@touch $(STAMP)
+
+debian-test-pkgs:
+	@missing=$$(for p in $(DEBIAN_TEST_PKGS); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
+	if [ -n "$$missing" ]; then \
+	  echo "installing Debian packages: $$missing"; \
+	  $(SUDO) apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq $$missing >/dev/null; \
+	fi
 
 run: $(STAMP)
 	$(BIN)/imapserver --data-dir $(DATA)
 
-test: $(STAMP)
+test: $(STAMP) debian-test-pkgs
 	$(BIN)/python -m pytest -q
 
 lint: $(STAMP)
@@ -32,7 +44,7 @@ lint: $(STAMP)
 schema: $(STAMP)
 	$(BIN)/mailadmin init-schema --print > hbase-schema/schema.hbase
 
-bench: $(STAMP)
+bench: $(STAMP) debian-test-pkgs
 	$(BIN)/python bench/store_bench.py
 
 clean:

@@ -1,0 +1,97 @@
+"""Mail delivery into the store: SMTP and LMTP listeners on aiosmtpd.
+
+``start`` binds the listeners configured in ``[delivery]`` on the process's asyncio loop (the
+one Twisted's asyncio reactor runs), next to IMAP.  A message is stored by
+:meth:`MailStore.deliver` in a worker thread and acknowledged only once it is committed; see
+``handler`` for the replies, ``transaction`` for the all-or-nothing rules, ``trace`` for the
+header fields added, docs/postfix.md for feeding the store from Postfix.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+
+from ..services import listen_port
+from .handler import DeliveryHandler, Settings
+from .protocol import StoreLMTP, StoreSMTP
+
+SHUTDOWN_GRACE = 30.0
+"""Seconds a stopping listener waits for deliveries in progress before closing connections."""
+
+
+class Listener:
+    """One running SMTP or LMTP server: ``name``, ``port``, ``stop()``."""
+
+    def __init__(self, name: str, serving: asyncio.Future, port: int, connections: set):
+        self.name = name
+        self.serving = serving  # resolves to the asyncio Server
+        self.port = port
+        self.connections = connections
+
+    async def stop(self) -> None:
+        """Stop accepting, let messages in DATA finish and be answered, close the connections.
+
+        A session between commands is closed as it is: whatever it had not finished was never
+        acknowledged, and its sender will retry.
+        """
+        server = await self.serving
+        server.close()
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + SHUTDOWN_GRACE
+        while any(c.in_data for c in self.connections) and loop.time() < deadline:
+            await asyncio.sleep(0.05)
+        for connection in list(self.connections):
+            if connection.transport is not None:
+                connection.transport.close()
+        await server.wait_closed()
+
+
+def start(store, cfg, reactor, loop: asyncio.AbstractEventLoop, announce) -> list[Listener]:
+    """Bind the SMTP and LMTP listeners of ``cfg["delivery"]`` and serve them on ``loop``.
+
+    Called on ``loop``'s thread.  The sockets are bound here, synchronously, so that a port in
+    use stops start-up with an error (OSError); ``announce(name, host, port)`` is called for
+    each once it listens.  ``reactor`` is unused: aiosmtpd runs on ``loop`` directly.
+    """
+    section = cfg["delivery"]
+    settings = Settings(hostname=section["hostname"], domains=list(section["domains"]),
+                        plus_addressing=section["plus_addressing"],
+                        over_quota_code=section["over_quota_code"])
+    limit = cfg["store"]["max_message_size"]
+    listeners = []
+    for name, key, protocol, lmtp in (("smtp", "smtp_port", StoreSMTP, False),
+                                      ("lmtp", "lmtp_port", StoreLMTP, True)):
+        port = listen_port(section[key])
+        if port is None:
+            continue
+        handler = DeliveryHandler(store, settings, lmtp=lmtp)
+        connections: set = set()
+
+        def factory(protocol=protocol, handler=handler, connections=connections, lmtp=lmtp):
+            return protocol(handler, line_length_limit=limit + 1024, connections=connections,
+                            data_size_limit=limit, enable_SMTPUTF8=True,
+                            hostname=settings.hostname,
+                            ident=f"{'LMTP' if lmtp else 'ESMTP'} imapserver", loop=loop)
+
+        sock = _listen(section["host"], port)
+        # The socket already listens; create_server only starts accepting from it.
+        serving = asyncio.ensure_future(loop.create_server(factory, sock=sock), loop=loop)
+        bound = sock.getsockname()[1]
+        listeners.append(Listener(name, serving, bound, connections))
+        announce(name, section["host"], bound)
+    return listeners
+
+
+def _listen(host: str, port: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+        sock.listen(128)
+        sock.setblocking(False)
+    except BaseException:
+        sock.close()
+        raise
+    return sock

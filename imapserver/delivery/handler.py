@@ -1,0 +1,152 @@
+"""The aiosmtpd handler: recipients checked at RCPT, the message stored at the end of DATA.
+
+One handler serves SMTP and one LMTP; they differ in how DATA is answered.  SMTP gives one
+reply for the message (RFC 5321 4.1.1.4), so it is delivered to all its recipients or to none.
+LMTP gives one reply per accepted recipient, in RCPT order (RFC 2033 4.2), so each recipient
+succeeds or fails on its own.  Either way a 2xx is sent only after the store has committed the
+message (and synced it) for that recipient.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass
+
+from mailstore.errors import Conflict, InvalidName, MailStoreError, NotFound
+from mailstore.store import Delivery, MailStore
+
+from . import replies, trace
+from .addresses import BadAddress, ForeignDomain, parse_recipient
+from .transaction import deliver_message
+
+log = logging.getLogger(__name__)
+
+MAX_RECIPIENTS = 1000
+"""Recipients accepted per message (RFC 5321 4.5.3.1.8 asks for at least 100)."""
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The ``[delivery]`` options a handler needs (see conf/imapserver.conf)."""
+
+    hostname: str
+    domains: list[str]
+    plus_addressing: bool
+    over_quota_code: str
+
+
+class DeliveryHandler:
+    """aiosmtpd hooks over a :class:`MailStore`.  ``lmtp`` selects per-recipient DATA replies."""
+
+    def __init__(self, store: MailStore, settings: Settings, lmtp: bool):
+        self.store = store
+        self.settings = settings
+        self.lmtp = lmtp
+
+    async def handle_EHLO(self, server, session, envelope, hostname, responses):
+        # Commands are read one after another from the stream, so pipelined ones are safe
+        # (RFC 2920); an MTA such as Postfix only pipelines when it sees this.
+        session.host_name = hostname
+        return [*responses[:-1], "250-PIPELINING", responses[-1]]
+
+    async def handle_RCPT(self, server, session, envelope, address, rcpt_options):
+        """Accept ``address`` only if it names a local user who can take one more message."""
+        targets = _targets(envelope)
+        if len(targets) >= MAX_RECIPIENTS:
+            return replies.TOO_MANY_RCPTS
+        try:
+            parsed = parse_recipient(address, self.settings.domains,
+                                     self.settings.plus_addressing)
+        except BadAddress:
+            return replies.MALFORMED_RCPT
+        except ForeignDomain:
+            return replies.FOREIGN_DOMAIN.format(address)
+        try:
+            target = await asyncio.to_thread(self._resolve, parsed)
+        except (NotFound, InvalidName):
+            return replies.UNKNOWN_USER.format(address)
+        except MailStoreError as exc:
+            return replies.for_error(exc, address, self.settings.over_quota_code)
+        envelope.rcpt_tos.append(address)
+        envelope.rcpt_options.extend(rcpt_options)
+        targets.append(target)
+        return replies.RCPT_OK.format(address)
+
+    def _resolve(self, parsed) -> tuple[str, str]:
+        """(user, mailbox) for an address; raises NotFound or OverQuota.  In a worker thread.
+
+        A user whose name holds a ``+`` is found before a plus-address: the whole local part is
+        tried first.
+        """
+        store = self.store
+        try:
+            user, folder = store.user(parsed.local).name, "INBOX"
+        except (NotFound, InvalidName):
+            if parsed.detail is None:
+                raise
+            user, folder = store.user(parsed.user).name, "INBOX"
+            try:
+                folder = store.mailbox(user, parsed.detail, recover=False).name
+            except (NotFound, InvalidName):
+                pass  # no such folder: plain INBOX delivery
+        store.check_quota(user, 0, 1)
+        return user, folder
+
+    async def handle_DATA(self, server, session, envelope):
+        targets = _targets(envelope)
+        delivery = trace.delivery_id()
+        header = trace.trace_fields(
+            sender=envelope.mail_from or "<>",
+            recipients=list(dict.fromkeys(envelope.rcpt_tos)),
+            helo=session.host_name, peer=_peer_ip(session), hostname=self.settings.hostname,
+            protocol=trace.protocol_keyword(self.lmtp, session.extended_smtp,
+                                            envelope.smtp_utf8),
+            delivery=delivery)
+        source = header + trace.crlf(envelope.original_content)
+        try:
+            results = await asyncio.to_thread(deliver_message, self.store, targets, source,
+                                              delivery.encode(), not self.lmtp)
+        except Exception as exc:  # the store failed as a whole: every recipient retries
+            log.warning("delivery %s failed: %r", delivery, exc)
+            results = [Delivery(user, name, None, exc) for user, name in targets]
+        answers = [self._answer(result, address, delivery)
+                   for result, address in zip(results, envelope.rcpt_tos, strict=True)]
+        if self.lmtp:
+            return "\r\n".join(answers)
+        if all(r.error is None for r in results):
+            return replies.ACCEPTED.format(delivery)
+        return _smtp_refusal(results, answers)
+
+    def _answer(self, result: Delivery, address: str, delivery: str) -> str:
+        if result.error is None:
+            return replies.DELIVERED.format(address, delivery)
+        return replies.for_error(result.error, address, self.settings.over_quota_code)
+
+
+def _smtp_refusal(results: list[Delivery], answers: list[str]) -> str:
+    """The one SMTP reply for a message that was not delivered to everyone (so to no one).
+
+    The first recipient's own failure is the reply, unless it is permanent while others were
+    withdrawn only because of it: a 5xx would bounce the message for them too, so the sender
+    is told to retry instead, and the retry refuses the failing recipient at RCPT.
+    """
+    withdrawn = [isinstance(r.error, Conflict) for r in results]
+    cause = next((a for a, w, r in zip(answers, withdrawn, results, strict=True)
+                  if r.error is not None and not w), answers[0])
+    if any(withdrawn) and not replies.is_temporary(cause):
+        return replies.TRY_AGAIN
+    return cause
+
+
+def _targets(envelope) -> list[tuple[str, str]]:
+    """The (user, mailbox) resolved for each of ``envelope.rcpt_tos``, in the same order."""
+    targets = getattr(envelope, "delivery_targets", None)
+    if targets is None:
+        targets = envelope.delivery_targets = []
+    return targets
+
+
+def _peer_ip(session) -> str | None:
+    peer = session.peer
+    return peer[0] if isinstance(peer, tuple) and peer else None

@@ -1,0 +1,77 @@
+"""aiosmtpd's SMTP and LMTP servers, adjusted where a mail store needs other replies.
+
+aiosmtpd answers a few conditions itself, before any handler hook runs: a message over the size
+limit, an unparseable address, an over-long line.  Its texts carry no enhanced status code, and
+in LMTP it answers a refused DATA once where the client waits for one reply per recipient
+(RFC 2033 4.2).  :meth:`push` rewrites exactly those replies; everything else passes through.
+"""
+
+from __future__ import annotations
+
+from aiosmtpd.lmtp import LMTP
+from aiosmtpd.smtp import SMTP, syntax
+
+from . import replies
+
+# aiosmtpd 1.4's own texts -> ours.
+_MAIL_SIZE = "552 Error: message size exceeds fixed maximum message size"
+_DATA_REFUSALS = {
+    "552 Error: Too much mail data": replies.TOO_LARGE,
+    "500 Line too long (see RFC5321 4.5.3.1.6)": replies.LINE_TOO_LONG,
+}
+_MALFORMED = "553 5.1.3 Error: malformed address"
+
+
+class _StoreReplies:
+    """Mixed into SMTP and LMTP.
+
+    ``line_length_limit`` bounds a line of DATA.  RFC 5321 4.5.3.1.6 allows 1000 octets, but
+    mail with longer lines, or with bare LFs (which are not line ends, RFC 5321 2.3.8), is
+    common and a store keeps it rather than bounce it; the size limit is what bounds memory.
+    ``connections`` is a set the open connections enter and leave, for a clean shutdown.
+    """
+
+    per_recipient_data_replies = False
+    in_data = False  # from DATA until its reply is sent: a stop waits for it
+
+    def __init__(self, handler, *, line_length_limit: int, connections: set, **options):
+        self.line_length_limit = line_length_limit  # read by SMTP.__init__ for its reader
+        self.connections = connections
+        super().__init__(handler, **options)
+
+    def connection_made(self, transport):
+        super().connection_made(transport)
+        self.connections.add(self)
+
+    def connection_lost(self, error):
+        self.connections.discard(self)
+        super().connection_lost(error)
+
+    @syntax("DATA")
+    async def smtp_DATA(self, arg):
+        self.in_data = True
+        try:
+            await super().smtp_DATA(arg)
+        finally:
+            self.in_data = False
+
+    async def push(self, status):
+        if isinstance(status, str):
+            if status == _MALFORMED:
+                in_rcpt = self.envelope is not None and self.envelope.mail_from is not None
+                status = replies.MALFORMED_RCPT if in_rcpt else replies.MALFORMED_SENDER
+            elif status in _DATA_REFUSALS:
+                status = _DATA_REFUSALS[status]
+                if self.per_recipient_data_replies and self.envelope.rcpt_tos:
+                    status = "\r\n".join([status] * len(self.envelope.rcpt_tos))
+            elif status == _MAIL_SIZE:
+                status = replies.TOO_LARGE
+        await super().push(status)
+
+
+class StoreSMTP(_StoreReplies, SMTP):
+    pass
+
+
+class StoreLMTP(_StoreReplies, LMTP):
+    per_recipient_data_replies = True

@@ -1,0 +1,49 @@
+"""SMTP/LMTP replies: the one place where store errors become reply codes.
+
+Basic codes from RFC 5321 4.2; enhanced status codes from RFC 3463 (registry of RFC 5248).  A
+4xx tells the sender to keep the message and try again later; a 5xx makes it bounce.
+"""
+
+from __future__ import annotations
+
+from mailstore.errors import InvalidName, NotFound, OverQuota, TooLarge
+
+RCPT_OK = "250 2.1.5 <{}> OK"
+DELIVERED = "250 2.0.0 <{}> delivered as {}"  # LMTP, per recipient (RFC 2033 4.2)
+ACCEPTED = "250 2.0.0 Delivered as {}"  # SMTP, once for the message
+MALFORMED_RCPT = "501 5.1.3 Bad recipient address syntax"
+MALFORMED_SENDER = "501 5.1.7 Bad sender address syntax"
+UNKNOWN_USER = "550 5.1.1 <{}> User unknown"
+FOREIGN_DOMAIN = "550 5.1.2 <{}> Domain not handled here (relaying denied)"
+TOO_MANY_RCPTS = "452 4.5.3 Too many recipients"
+TOO_LARGE = "552 5.3.4 Message too big for system"
+LINE_TOO_LONG = "500 5.5.6 Line too long"
+TRY_AGAIN = "451 4.3.0 Temporary storage failure, try again later"
+
+
+def over_quota(address: str, code: str) -> str:
+    """Over quota: ``code`` is the configured policy, 452 (retry) or 552 (bounce)."""
+    if code == "552":
+        return f"552 5.2.2 <{address}> Mailbox full"
+    return f"452 4.2.2 <{address}> Mailbox full"
+
+
+def for_error(exc: BaseException, address: str, over_quota_code: str) -> str:
+    """The reply for a recipient whose delivery failed with ``exc``.
+
+    Anything unexpected is answered 451: the sender keeps the message and retries, which is
+    always safe because nothing was kept for a recipient that is told to retry.
+    """
+    if isinstance(exc, OverQuota):
+        return over_quota(address, over_quota_code)
+    if isinstance(exc, TooLarge):
+        return TOO_LARGE
+    if isinstance(exc, (NotFound, InvalidName)):
+        # The user (or their INBOX) went away between RCPT and the end of DATA.
+        return UNKNOWN_USER.format(address)
+    # BackendUnavailable, Conflict (withdrawn because another recipient failed), a bug: 451.
+    return TRY_AGAIN
+
+
+def is_temporary(reply: str) -> bool:
+    return reply.startswith("4")

@@ -1,0 +1,67 @@
+"""What a delivery adds to a message: line-ending repair and the trace header fields.
+
+The fields follow RFC 5321 4.4 (``Return-Path``, ``Received``) and the ``Delivered-To`` that
+Postfix and Dovecot add.  All of them are written into the content that every recipient of the
+message shares, so none may name one recipient of several: ``Delivered-To`` and the ``for``
+clause of ``Received`` appear only when the message has exactly one recipient
+(docs/decisions/0006-delivery-headers.md).
+"""
+
+from __future__ import annotations
+
+import datetime
+import email.utils
+import re
+import secrets
+
+_BARE_LF = re.compile(rb"(?<!\r)\n")
+
+
+def crlf(data: bytes) -> bytes:
+    """``data`` with every bare LF made CRLF (RFC 5322 2.1: lines end in CRLF).
+
+    Other bytes, 8-bit ones and lone CRs included, are kept as they came.
+    """
+    if data.count(b"\n") == data.count(b"\r\n"):
+        return data  # the usual case: one pass to count, no copy
+    return _BARE_LF.sub(b"\r\n", data)
+
+
+def delivery_id() -> str:
+    """A short unique id for one delivery, logged and written into its ``Received`` field."""
+    return secrets.token_hex(8).upper()
+
+
+def protocol_keyword(lmtp: bool, extended: bool, utf8: bool) -> str:
+    """The ``with`` keyword of ``Received`` (RFC 3848, RFC 6531 3.7.3)."""
+    if lmtp:
+        return "UTF8LMTP" if utf8 else "LMTP"
+    if utf8:
+        return "UTF8SMTP"
+    return "ESMTP" if extended else "SMTP"
+
+
+def trace_fields(*, sender: str, recipients: list[str], helo: str | None, peer: str | None,
+                 hostname: str, protocol: str, delivery: str,
+                 when: datetime.datetime | None = None) -> bytes:
+    """The header fields to put before a delivered message, CRLF-terminated.
+
+    ``sender`` is the envelope sender as received (``<>`` or empty for the null path);
+    ``recipients`` the envelope recipients of the message, naming one only if there is one.
+    ``peer`` is the client's IP address.  UTF-8 in addresses (SMTPUTF8) is written as UTF-8
+    (RFC 6532).
+    """
+    when = when or datetime.datetime.now(datetime.UTC)
+    path = sender if sender.startswith("<") else f"<{sender}>"
+    lines = [f"Return-Path: {path}"]
+    single = recipients[0] if len(recipients) == 1 else None
+    if single:
+        lines.append(f"Delivered-To: {single}")
+    source = f"from {helo or 'unknown'}"
+    if peer:
+        source += f" ([{peer}])" if ":" not in peer else f" ([IPv6:{peer}])"
+    received = f"Received: {source}\r\n\tby {hostname} with {protocol} id {delivery}"
+    if single:
+        received += f"\r\n\tfor <{single}>"
+    lines.append(f"{received}; {email.utils.format_datetime(when)}")
+    return ("\r\n".join(lines) + "\r\n").encode("utf-8")
