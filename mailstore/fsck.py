@@ -8,6 +8,7 @@ What is checked (docs/decisions/0004-counters-and-fsck.md):
   highest UID; the watermark against UIDs left in flight; rows in odd states;
 * content: reference counts against the message rows that point to each content row, content
   never finished, content no message refers to;
+* import records (``JAMES_IMPORTS``) of mailboxes that no longer exist.
 
 Counters are repaired by incrementing them by the difference, never by overwriting them, so a
 repair racing with live traffic cannot erase a concurrent change.  The content reference check
@@ -20,11 +21,13 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from . import keys
-from .backends.base import Mutation, decode_counter
+from .backends.base import Mutation, decode_counter, prefix_stop
 from .content import INFO, REFS, STARTED
+from .imports import UID_CELL
 from .mailboxes import COUNT, DELETING, LIVE, SIZE, UID, UNSEEN, VISIBLE, Mailbox
 from .messages import BODY, ENVELOPE, FLAGS, HEADER, STATE
 from .records import ABANDONED, COMMITTED, MOVING, Flags, MessageRecord, state_of, with_state
+from .schema import IMPORTS
 from .store import MailStore, purge_mailbox_messages
 
 UNFINISHED_CONTENT_AGE = 3600
@@ -73,6 +76,7 @@ class Fsck:
         if user is None:
             self.check_orphan_mailboxes()
             self.check_content()
+            self.check_import_records()
         return self.report
 
     # -- users and mailboxes -------------------------------------------------------------------
@@ -90,10 +94,11 @@ class Fsck:
                 continue
             if self.repair:
                 done = store.transfers.recover(mailbox.id, max_age=0)
-                self.report.add("intent", mailbox.name,
+                self.report.add("intent", f"{user}:{mailbox.name}",
                                 f"{done} unfinished move/expunge rolled forward", True)
             else:
-                self.report.add("intent", mailbox.name, "unfinished move/expunge", False)
+                self.report.add("intent", f"{user}:{mailbox.name}", "unfinished move/expunge",
+                                False)
                 in_flight.add(mailbox.id)
                 in_flight.update(bytes.fromhex(op["target"]) for _, op, _ in pending
                                  if op.get("op") == "move")
@@ -250,3 +255,38 @@ class Fsck:
             self.report.add("content", f"content {content_id.hex()}",
                             f"{self.refs[content_id]} message(s) refer to missing content",
                             False)
+
+    # -- import records -------------------------------------------------------------------------
+
+    def check_import_records(self) -> None:
+        """Import records whose mailbox is gone (deleted, or a deletion finished by fsck).
+
+        One short scan per mailbox with records, not per record: after looking at the first
+        record of a mailbox the scan jumps past all of that mailbox's records.
+        """
+        table = self.store.backend.table(IMPORTS.name)
+        start = b""
+        stop = b"\xff" * (keys.UUID_LEN + keys.IMPORT_DIGEST_LEN + 1)
+        while True:
+            first = list(table.scan(start=start, stop=stop, columns=[UID_CELL], limit=1))
+            if not first:
+                return
+            mailbox_id = first[0][0][:keys.UUID_LEN]
+            after = prefix_stop(mailbox_id)
+            if self.store.mailboxes.load(mailbox_id) is None:
+                count, batch = 0, []
+                for key, _ in table.scan(prefix=mailbox_id, columns=[UID_CELL]):
+                    count += 1
+                    batch.append(Mutation(key, delete_row=True))
+                    if len(batch) >= 500 and self.repair:
+                        table.mutate_rows(batch)
+                    if len(batch) >= 500:
+                        batch = []
+                if batch and self.repair:
+                    table.mutate_rows(batch)
+                self.report.add("import", f"mailbox {mailbox_id.hex()}",
+                                f"{count} import record(s) of a mailbox that no longer "
+                                "exists", self.repair)
+            if after is None:
+                return
+            start = after

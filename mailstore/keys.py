@@ -87,6 +87,17 @@ def intent_key(mailbox_id: bytes, intent_id: bytes) -> bytes:
     return mailbox_id + intent_id
 
 
+# -- JAMES_IMPORTS: mailbox uuid + SHA-256 of the message ----------------------------------------
+
+IMPORT_DIGEST_LEN = 32
+
+
+def import_key(mailbox_id: bytes, digest: bytes) -> bytes:
+    if len(mailbox_id) != UUID_LEN or len(digest) != IMPORT_DIGEST_LEN:
+        raise ValueError("import key needs a 16-byte mailbox id and a 32-byte digest")
+    return mailbox_id + digest
+
+
 # -- JAMES_USERS / JAMES_SUBSCRIPTIONS: user name --------------------------------------------
 
 def user_key(user: str) -> bytes:

@@ -102,8 +102,18 @@ INTENTS = TableDef(
     access="put before the operation, deleted after it; prefix scan by mailbox on open and fsck",
 )
 
+IMPORTS = TableDef(
+    name="JAMES_IMPORTS",
+    purpose="Messages brought in by `mailadmin import`, so that a re-run skips what is there "
+            "(docs/decisions/0006-idempotent-import.md).",
+    row_key="16-byte mailbox UUID + 32-byte SHA-256 of the message bytes as stored",
+    families={"i": "i:uid = the UID the message got (8-byte big-endian)"},
+    access="one get per message imported, one put per message stored; prefix scan by mailbox "
+           "in fsck (records of deleted mailboxes)",
+)
+
 TABLES: tuple[TableDef, ...] = (MAILBOXES, MAILBOX_INDEX, MESSAGES, CONTENT, SUBSCRIPTIONS,
-                                USERS, INTENTS)
+                                USERS, INTENTS, IMPORTS)
 
 
 def create_schema(backend: Backend) -> list[str]:

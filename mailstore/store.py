@@ -299,6 +299,57 @@ class MailStore:
             raise InvalidName("messages can only move between one user's mailboxes")
         return self.transfers.move(source, uids, target)
 
+    # -- administration (mailadmin) --------------------------------------------------------------
+
+    @durable
+    def set_password(self, user: str, password: str) -> None:
+        """Replace ``user``'s password.  Raises NotFound."""
+        self.users.set_password(user, password)
+
+    @durable
+    def set_quota(self, user: str, storage: int | None, messages: int | None) -> None:
+        """Set ``user``'s limits: bytes stored and number of messages; None means unlimited."""
+        self.users.set_quota(user, storage, messages)
+
+    def importer(self, user: str, sync_every: int = 1000):
+        """A bulk importer into ``user``'s mailboxes (see :mod:`mailstore.imports`): idempotent,
+        quota-checked, synced every ``sync_every`` messages.  Raises NotFound."""
+        from .imports import Importer
+        return Importer(self, user, sync_every)
+
+    def iter_messages(self, mailbox: Mailbox, columns: list[bytes] | None = SUMMARY,
+                      batch_size: int = 500) -> Iterable[MessageView]:
+        """Every visible message of ``mailbox`` in ascending UID order, read ``batch_size`` rows
+        at a time (memory stays flat however big the mailbox)."""
+        return self.messages.scan(mailbox.id, columns=columns, batch_size=batch_size)
+
+    def stats(self) -> dict[str, int]:
+        """Store-wide totals: users, mailboxes, messages, bytes of messages, content rows and
+        their bytes, and the bytes saved by sharing content between messages.
+
+        Message totals come from the mailbox counters (fsck keeps them true); content totals
+        from one scan of the content table's info cells.
+        """
+        import json
+
+        from .content import INFO
+        users = self.users.list()
+        mailboxes = messages = message_bytes = 0
+        for account in users:
+            for box in self.mailboxes.list(account.name):
+                mailboxes += 1
+                messages += box.messages
+                message_bytes += box.size
+        contents = content_bytes = 0
+        for _key, row in self.content.table.scan(start=b"", stop=b"\xff" * 17, columns=[INFO],
+                                                 batch_size=5000):
+            contents += 1
+            content_bytes += json.loads(row[INFO])["size"]
+        return {"users": len(users), "mailboxes": mailboxes, "messages": messages,
+                "message_bytes": message_bytes, "contents": contents,
+                "content_bytes": content_bytes,
+                "bytes_saved": message_bytes - content_bytes}
+
 
 def purge_mailbox_messages(store: MailStore, mailbox: Mailbox, batch: int = 500) -> int:
     """Delete every message row of a mailbox, whatever its state; drop content references.

@@ -1,0 +1,150 @@
+"""mailadmin init-schema, fsck, stats and hbase scan: the store as a whole."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections import Counter
+
+from ..schema import TABLES, create_schema, ddl
+from .output import EXIT_OK, EXIT_PROBLEMS, UsageError, emit, fields, size
+
+
+def register(sub, common) -> None:
+    init = sub.add_parser("init-schema", parents=[common],
+                          help="create the tables (idempotent)")
+    init.add_argument("--print", action="store_true",
+                      help="print the HBase shell DDL instead of running it")
+    init.set_defaults(func=init_schema)
+
+    fsck = sub.add_parser("fsck", parents=[common], help="check (and repair) the store",
+                          description="Checks counters against rows, UID counters against "
+                          "the highest UID, content reference counts against references, "
+                          "orphaned content and unfinished moves.  Exit status 1 when "
+                          "something was wrong (even if it was repaired).")
+    fsck.add_argument("user", nargs="?", help="check only this user's mailboxes")
+    fsck.add_argument("--repair", action="store_true", help="repair what is found")
+    fsck.set_defaults(func=run_fsck)
+
+    stats = sub.add_parser("stats", parents=[common],
+                           help="users, mailboxes, messages, bytes, bytes saved by sharing")
+    stats.set_defaults(func=run_stats)
+
+    hbase = sub.add_parser("hbase", parents=[common], help="raw table access")
+    hsub = hbase.add_subparsers(dest="hbase_command", metavar="COMMAND", required=True)
+    scan = hsub.add_parser("scan", parents=[common], help="print raw rows like the HBase shell")
+    scan.add_argument("table")
+    scan.add_argument("--prefix", default="", help="row key prefix, hex")
+    scan.add_argument("--limit", type=int, default=100)
+    scan.set_defaults(func=hbase_scan)
+
+
+def init_schema(ctx) -> int:
+    cfg = ctx.cfg
+    if ctx.args.print:
+        print(ddl(cfg["hbase"]["table_prefix"] if cfg["store"]["backend"] == "hbase" else ""))
+        return EXIT_OK
+    backend = ctx.raw_backend()
+    try:
+        created = create_schema(backend)
+    finally:
+        backend.close()
+    emit(ctx.args, {"created": created, "tables": [t.name for t in TABLES]},
+         lambda: "\n".join(f"{t.name}: {'created' if t.name in created else 'exists'}"
+                           for t in TABLES))
+    return EXIT_OK
+
+
+def run_fsck(ctx) -> int:
+    from ..fsck import Fsck
+    args = ctx.args
+    tty = sys.stderr.isatty()
+
+    def progress(text: str) -> None:
+        if tty and not args.json:
+            sys.stderr.write("\r" + text[:78].ljust(78))
+            sys.stderr.flush()
+    user = ctx.user(args.user) if args.user else None
+    report = Fsck(ctx.store, repair=args.repair, progress=progress).run(user)
+    if tty and not args.json:
+        sys.stderr.write("\r" + " " * 78 + "\r")
+    problems = [p.as_dict() for p in report.problems]
+    data = {"ok": report.ok, "repair": args.repair, "checked": dict(report.checked),
+            "problems": problems}
+
+    def render() -> str:
+        out = []
+        for p in report.problems:
+            state = "repaired" if p.repaired else "found"
+            out.append(f"{state}: {p.kind}: {p.where}: {p.detail}")
+        checked = ", ".join(f"{n} {what}" for what, n in sorted(report.checked.items()))
+        kinds = Counter(p.kind for p in report.problems)
+        summary = f"checked {checked or 'nothing'}; {len(report.problems)} problem(s)"
+        if kinds:
+            summary += " (" + ", ".join(f"{n} {k}" for k, n in sorted(kinds.items())) + ")"
+        out.append(summary)
+        unrepaired = [p for p in report.problems if not p.repaired]
+        if unrepaired and not args.repair:
+            out.append("run again with --repair to repair them")
+        elif unrepaired:
+            out.append(f"{len(unrepaired)} problem(s) could not be repaired")
+        return "\n".join(out)
+    emit(args, data, render)
+    return EXIT_OK if report.ok else EXIT_PROBLEMS
+
+
+def run_stats(ctx) -> int:
+    data = ctx.store.stats()
+    emit(ctx.args, data, lambda: fields([
+        ("users", str(data["users"])), ("mailboxes", str(data["mailboxes"])),
+        ("messages", str(data["messages"])),
+        ("bytes stored", f"{size(data['message_bytes'])} in messages, "
+                         f"{size(data['content_bytes'])} of content in {data['contents']} "
+                         "row(s)"),
+        ("saved by sharing", size(data["bytes_saved"]))]))
+    return EXIT_OK
+
+
+def hbase_scan(ctx) -> int:
+    args = ctx.args
+    if args.table not in {t.name for t in TABLES}:
+        raise UsageError(f"no such table: {args.table} "
+                         f"(tables: {', '.join(t.name for t in TABLES)})")
+    try:
+        prefix = bytes.fromhex(args.prefix)
+    except ValueError:
+        raise UsageError(f"--prefix is not hex: {args.prefix}") from None
+    if args.limit < 1:
+        raise UsageError(f"--limit must be at least 1: {args.limit}")
+    backend = ctx.raw_backend()
+    try:
+        rows = backend.table(args.table)
+        found = (rows.scan(prefix=prefix, limit=args.limit) if prefix
+                 else rows.scan(start=b"", stop=b"\xff" * 64, limit=args.limit))
+        count = 0
+        out = []
+        if not args.json:
+            print(f"{'ROW':<30} COLUMN+CELL")
+        for key, cells in found:
+            count += 1
+            for col in sorted(cells):
+                if args.json:
+                    out.append({"row": key.hex(), "column": col.decode(errors="replace"),
+                                "value": cells[col].hex()})
+                else:
+                    print(f" {shell_bytes(key)} column={shell_bytes(col)}, "
+                          f"value={shell_bytes(cells[col][:200])}"
+                          f"{'...' if len(cells[col]) > 200 else ''}")
+        if args.json:
+            print(json.dumps(out))
+        else:
+            print(f"{count} row(s)")
+    finally:
+        backend.close()
+    return EXIT_OK
+
+
+def shell_bytes(data: bytes) -> str:
+    """Bytes the way the HBase shell prints them: printable ASCII as is, the rest \\xNN."""
+    return "".join(chr(b) if 32 <= b < 127 and b != 92 else f"\\x{b:02X}" for b in data)
+
