@@ -1,0 +1,85 @@
+"""Stateless frontends: two imapserver processes on one store serve the same users at once.
+
+A change made through one process is pushed to IDLE sessions on the other within a second,
+through the store alone (docs/decisions/0007); concurrent APPENDs through both get unique UIDs
+that each session sees in ascending order (RFC 3501 2.3.1.1); an EXPUNGE through one is seen by
+the other.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+import time
+
+from tests.imapproc import Client, ServerProcess, make_users
+from tests.mailgen import message
+
+
+def login(server, user="fay", password="pw") -> Client:
+    client = Client(server.port)
+    assert client.cmd("l", f"LOGIN {user} {password}")[-1].startswith(b"l OK")
+    return client
+
+
+def test_two_frontends_share_users_changes_and_uids(tmp_path):
+    data_dir = str(tmp_path / "store")
+    make_users(data_dir, ("fay", "pw"))
+    with ServerProcess(data_dir) as one, ServerProcess(data_dir) as two:
+        watcher = login(two)
+        watcher.cmd("s", "SELECT INBOX")
+        watcher.send(b"i IDLE\r\n")
+        assert watcher.read_line() == b"+ idling"
+
+        uids: dict[int, list[int]] = {0: [], 1: []}
+        errors = []
+
+        def appender(index: int, server) -> None:
+            try:
+                client = login(server)
+                for i in range(15):
+                    data = message(index * 100 + i)
+                    client.send(b"a APPEND INBOX {%d+}\r\n" % len(data) + data + b"\r\n")
+                    last = client.until_tagged("a")[-1]
+                    uids[index].append(int(re.search(rb"APPENDUID \d+ (\d+)", last).group(1)))
+                client.close()
+            except Exception as exc:  # reported below
+                errors.append(exc)
+
+        start = time.monotonic()
+        threads = [threading.Thread(target=appender, args=(i, s)) for i, s in
+                   enumerate((one, two))]
+        for t in threads:
+            t.start()
+        watcher.sock.settimeout(5)
+        first = watcher.read_line()
+        assert re.fullmatch(rb"\* \d+ EXISTS", first)
+        assert time.monotonic() - start < 2.0
+        for t in threads:
+            t.join()
+        assert not errors
+        everything = uids[0] + uids[1]
+        assert len(set(everything)) == 30
+        assert uids[0] == sorted(uids[0]) and uids[1] == sorted(uids[1])
+        # The watcher's EXISTS counts only grow, and end at 30.
+        counts = [int(first.split()[1])]
+        while counts[-1] < 30:
+            line = watcher.read_line()
+            if line.endswith(b"EXISTS"):
+                counts.append(int(line.split()[1]))
+        assert counts == sorted(counts)
+        watcher.send(b"DONE\r\n")
+        assert watcher.read_line() == b"i OK IDLE completed"
+        fetched = watcher.cmd("f", "UID FETCH 1:* (UID)")
+        seen = [int(re.search(rb"UID (\d+)", ln).group(1)) for ln in fetched[:-1]]
+        assert seen == sorted(everything)
+
+        # EXPUNGE through one frontend, seen by a session on the other at NOOP.
+        editor = login(one)
+        editor.cmd("s", "SELECT INBOX")
+        editor.cmd("d", "STORE 1:2 +FLAGS.SILENT (\\Deleted)")
+        assert editor.cmd("e", "EXPUNGE")[:-1] == [b"* 2 EXPUNGE", b"* 1 EXPUNGE"]
+        noop = watcher.cmd("n", "NOOP")
+        assert noop[:2] == [b"* 2 EXPUNGE", b"* 1 EXPUNGE"]
+        editor.close()
+        watcher.close()
