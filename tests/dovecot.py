@@ -15,6 +15,7 @@ traversable; otherwise everything runs as the current user inside the given dire
 
 from __future__ import annotations
 
+import grp
 import os
 import pwd
 import re
@@ -57,12 +58,15 @@ class Dovecot:
             users = "default_login_user = dovenull\ndefault_internal_user = dovecot\n"
             # The auth processes read the passwd-file as root; nothing else needs to.
             services = "service auth {\n  user = root\n}\nservice auth-worker {\n  user = root\n}\n"
+            login_chroot = ""
         else:
             uid, gid = os.getuid(), os.getgid()
-            me = pwd.getpwuid(uid).pw_name
+            me, group = pwd.getpwuid(uid).pw_name, grp.getgrgid(gid).gr_name
             users = (f"default_login_user = {me}\ndefault_internal_user = {me}\n"
-                     f"default_internal_group = {me}\n")
-            services = ""
+                     f"default_internal_group = {group}\n")
+            # Without root there is no chroot(); these two services chroot by default.
+            services = "service anvil {\n  chroot =\n}\n"
+            login_chroot = "  chroot =\n"
         (d / "passwd").write_text(f"{USER}:{{PLAIN}}{PASSWORD}:{uid}:{gid}::{mail}::\n")
         conf = d / "dovecot.conf"
         conf.write_text(f"""\
@@ -90,7 +94,7 @@ service imap-login {{
   inet_listener imaps {{
     port = 0
   }}
-}}
+{login_chroot}}}
 {services}""")
         return conf
 

@@ -187,8 +187,7 @@ def bodystructure(body: dict, extended: bool) -> bytes:
 
 
 def _write_part(out: bytearray, part: dict[str, Any], extended: bool) -> None:
-    # Iterative over the multipart nesting would be faster to reason about for depth, but the
-    # parser caps nesting (mailstore.mime.MAX_DEPTH), so plain recursion is bounded.
+    # Recursion is bounded: the parser caps nesting at mailstore.mime.MAX_DEPTH entities.
     children = part.get("parts")
     if children is not None:
         out += b"("
