@@ -1,0 +1,232 @@
+"""Text as SEARCH sees it: decoded header values, decoded body parts, streamed substring search.
+
+RFC 3501 6.4.4 asks for case-insensitive substring matching and leaves decoding to the server.
+We decode as Dovecot does, so that a user searching for what they see finds it:
+
+* Header values (:func:`decode_field`): unfolded, 8-bit octets read as UTF-8 (RFC 6532) or,
+  failing that, as windows-1252, and RFC 2047 encoded words (``=?charset?B|Q?...?=``) decoded,
+  the white space between two adjacent encoded words dropped.  An encoded word in an unknown
+  charset is decoded as UTF-8-or-windows-1252; one that does not decode is left as written.
+* Body parts (:class:`PartDecoder`): the Content-Transfer-Encoding undone (base64,
+  quoted-printable; anything else taken as it is), then the charset parameter applied with
+  Python's codecs (undecodable octets become U+FFFD).  ``us-ascii``, ``utf-8``, a missing or
+  unknown charset read as UTF-8, switching to windows-1252 at the first octet that is not
+  UTF-8 (mail labelled us-ascii is often neither).  ``iso-8859-1`` is read as windows-1252,
+  its superset, as browsers do.  Both work incrementally, chunk by chunk.
+* Matching (:class:`StreamMatcher`): :meth:`str.casefold` on both sides (so ``STRASSE`` finds
+  ``Straße``); no Unicode normalisation and no white space folding.  A needle may straddle
+  pieces: each piece is searched together with the end of the previous one.
+"""
+
+from __future__ import annotations
+
+import binascii
+import codecs
+import re
+
+from mailstore.mime import field_value
+
+_ENCODED_WORD = re.compile(r"=\?([^?\s]+)\?([bBqQ])\?([^?\s]*)\?=")
+_BASE64_JUNK = re.compile(rb"[^A-Za-z0-9+/]")
+_ALIASES = {"iso-8859-1": "cp1252", "iso8859-1": "cp1252", "latin1": "cp1252",
+            "latin-1": "cp1252", "us-ascii": "", "ascii": "", "utf-8": "", "utf8": ""}
+"""Charsets read another way: "" means UTF-8 falling back to windows-1252."""
+
+
+def _codec_name(charset: str | None) -> str:
+    """A Python text codec for a MIME charset name; "" for UTF-8-or-windows-1252."""
+    if not charset:
+        return ""
+    name = charset.strip().lower()
+    name = _ALIASES.get(name, name)
+    if not name:
+        return ""
+    try:
+        info = codecs.lookup(name)
+    except (LookupError, ValueError):
+        return ""
+    # Refuse bytes-to-bytes codecs ("base64", "zlib", "hex"...): a charset parameter must not
+    # make us decompress or un-hex anything.
+    if not getattr(info, "_is_text_encoding", True):
+        return ""
+    return info.name
+
+
+class _Utf8OrCp1252:
+    """Incremental decoder: UTF-8 until the first octet that is not, windows-1252 after."""
+
+    def __init__(self) -> None:
+        self._utf8 = codecs.getincrementaldecoder("utf-8")()
+        self._fallback = False
+
+    def decode(self, data: bytes, final: bool = False) -> str:
+        if self._fallback:
+            return data.decode("cp1252", errors="replace")
+        pending = self._utf8.getstate()[0]
+        try:
+            return self._utf8.decode(data, final)
+        except UnicodeDecodeError as exc:
+            self._fallback = True
+            whole = pending + data
+            return (whole[:exc.start].decode("utf-8", errors="replace")
+                    + whole[exc.start:].decode("cp1252", errors="replace"))
+
+
+def _text_decoder(charset: str | None):
+    name = _codec_name(charset)
+    if not name:
+        return _Utf8OrCp1252()
+    return codecs.getincrementaldecoder(name)(errors="replace")
+
+
+def decode_bytes(data: bytes, charset: str | None = None) -> str:
+    """``data`` in ``charset`` (see the module docstring for unknown and missing ones)."""
+    try:
+        return _text_decoder(charset).decode(data, True)
+    except Exception:  # a codec that fails even with errors="replace"
+        return _Utf8OrCp1252().decode(data, True)
+
+
+def _decode_word(match: re.Match) -> str | None:
+    charset, kind, text = match.group(1), match.group(2).upper(), match.group(3)
+    charset = charset.split("*", 1)[0]  # RFC 2231 section 5: charset*language
+    raw = text.encode("ascii", errors="replace")
+    try:
+        if kind == "B":
+            data = binascii.a2b_base64(raw + b"=" * (-len(raw) % 4))
+        else:
+            data = binascii.a2b_qp(raw, header=True)
+    except (binascii.Error, ValueError):
+        return None
+    return decode_bytes(data, charset)
+
+
+def decode_header_text(value: str) -> str:
+    """Decode the RFC 2047 encoded words in a header value (already text)."""
+    if "=?" not in value:
+        return value
+    out: list[str] = []
+    pos = 0
+    after_word = False
+    for match in _ENCODED_WORD.finditer(value):
+        between = value[pos:match.start()]
+        word = _decode_word(match)
+        # RFC 2047 section 6.2: white space between adjacent encoded words is not displayed.
+        if not (after_word and word is not None and not between.strip()):
+            out.append(between)
+        out.append(match.group() if word is None else word)
+        after_word = word is not None
+        pos = match.end()
+    out.append(value[pos:])
+    return "".join(out)
+
+
+def decode_field(raw: bytes) -> str:
+    """The decoded value of a raw header field (as :func:`mailstore.mime.header_fields` gives
+    it): unfolded, trimmed, 8-bit octets and encoded words decoded."""
+    return decode_header_text(decode_bytes(field_value(raw).encode("latin-1")))
+
+
+class _Base64:
+    """Incremental base64 decoding that skips line breaks and junk between quanta."""
+
+    def __init__(self) -> None:
+        self._rest = b""
+
+    def feed(self, data: bytes, final: bool = False) -> bytes:
+        end = data.find(b"=")
+        if end >= 0:  # padding: what follows is not part of this encoding
+            data, final = data[:end], True
+        data = self._rest + _BASE64_JUNK.sub(b"", data)
+        cut = len(data) if final else len(data) - len(data) % 4
+        self._rest = b"" if final else data[cut:]
+        chunk = data[:cut]
+        if final and len(chunk) % 4 == 1:
+            chunk = chunk[:-1]  # a lone sextet carries no octet
+        if not chunk:
+            return b""
+        try:
+            return binascii.a2b_base64(chunk + b"=" * (-len(chunk) % 4))
+        except binascii.Error:
+            return b""
+
+
+class _QuotedPrintable:
+    """Incremental quoted-printable decoding: an escape split between pieces waits."""
+
+    def __init__(self) -> None:
+        self._rest = b""
+
+    def feed(self, data: bytes, final: bool = False) -> bytes:
+        data = self._rest + data
+        cut = len(data)
+        if not final:
+            # "=XY" and the soft break "=\r\n" are three octets: an "=" among the last two
+            # may be the start of one, so it waits for the next piece.
+            tail = data[-2:].rfind(b"=")
+            if tail >= 0:
+                cut = len(data) - len(data[-2:]) + tail
+        self._rest = data[cut:]
+        return binascii.a2b_qp(data[:cut])
+
+
+class _Identity:
+    def feed(self, data: bytes, final: bool = False) -> bytes:
+        return data
+
+
+class PartDecoder:
+    """Turns the octets of one body part, fed in pieces, into text.
+
+    ``encoding`` is the part's Content-Transfer-Encoding, ``charset`` its charset parameter
+    (either may be None).
+    """
+
+    def __init__(self, encoding: str | None, charset: str | None):
+        kind = (encoding or "").strip().lower()
+        if kind == "base64":
+            self._transfer = _Base64()
+        elif kind == "quoted-printable":
+            self._transfer = _QuotedPrintable()
+        else:
+            self._transfer = _Identity()
+        self._text = _text_decoder(charset)
+
+    def feed(self, data: bytes, final: bool = False) -> str:
+        try:
+            return self._text.decode(self._transfer.feed(data, final), final)
+        except Exception:  # a codec failing despite errors="replace": search it as octets
+            self._text = _Utf8OrCp1252()
+            return self._text.decode(data, final)
+
+
+class StreamMatcher:
+    """Looks for several case-folded needles in text that arrives in pieces.
+
+    Call :meth:`feed` with each piece (any case) of one run of text, :meth:`reset` between
+    runs that must not match across (body parts).  ``found`` holds the needles seen so far.
+    """
+
+    def __init__(self, needles):
+        self.needles = set(needles)
+        self.found: set[str] = set()
+        self._keep = max((len(n) for n in self.needles), default=1) - 1
+        self._carry = ""
+
+    @property
+    def done(self) -> bool:
+        return self.found >= self.needles
+
+    def reset(self) -> None:
+        self._carry = ""
+
+    def feed(self, text: str) -> None:
+        window = self._carry + text.casefold()
+        for needle in self.needles - self.found:
+            if needle in window:
+                self.found.add(needle)
+        self._carry = window[-self._keep:] if self._keep else ""
+
+
+__all__ = ["PartDecoder", "StreamMatcher", "decode_bytes", "decode_field",
+           "decode_header_text"]
