@@ -41,7 +41,7 @@ class _Shutdown:
         self.server = server
 
     def stop(self):
-        self.server.stop()
+        return self.server.stop()
 
 
 def start(store, cfg, reactor, loop, announce) -> list:

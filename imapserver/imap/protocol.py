@@ -4,8 +4,10 @@ Receiving (RFC 3501 sections 2.2 and 7.5, RFC 7888): a command is lines and lite
 that ends with ``{n}`` announces a synchronizing literal (we answer ``+`` and read n octets),
 ``{n+}`` a non-synchronizing one (LITERAL+), ``~{n}`` a literal8.  Literals may appear in any
 argument.  Literals over ``max_literal_size`` are refused before they are read (synchronizing)
-or read and discarded (LITERAL+); large ones are spooled to a temporary file, not memory.
-Lines over ``max_line_length`` are answered with BAD and skipped.
+or read and discarded (LITERAL+).  A command holds at most ``SPOOL_ABOVE`` octets of literals
+in memory; larger literals, and every literal after that much, are spooled to temporary files,
+so a command of many literals cannot grow the process.  Lines over ``max_line_length`` are
+answered with BAD (tagged, when the line began with a tag) and skipped.
 
 Running: commands are parsed as soon as they arrive (clients pipeline), queued, and executed
 strictly one after another: a command's Deferred runs to completion before the next starts, so
@@ -29,7 +31,7 @@ from .context import Bad, CommandContext, No, dispatch
 
 CRLF = b"\r\n"
 SPOOL_ABOVE = 1024 * 1024
-"""Literals larger than this go to a temporary file (kept in memory up to this size)."""
+"""Literal octets one command may hold in memory; beyond this they go to temporary files."""
 
 
 class IMAPServerProtocol(protocol.Protocol):
@@ -43,6 +45,8 @@ class IMAPServerProtocol(protocol.Protocol):
         self._literal_sink = None
         self._discard_literal = False
         self._skipping_line = False
+        self._skipped_tag = b"*"
+        self._held = 0  # octets of the current command's literals held in memory
         self._queue: deque = deque()
         self._running = False
         self.line_consumer = None
@@ -54,6 +58,8 @@ class IMAPServerProtocol(protocol.Protocol):
 
     def connectionMade(self) -> None:
         self.server.connection_opened(self)
+        if self.logged_out:
+            return  # refused with BYE (too many connections): no greeting, no timer
         caps = " ".join(self.session.capabilities())
         self.write_lines([b"* OK [CAPABILITY " + caps.encode() + b"] IMAP4rev1 server ready"])
         self.reset_timeout()
@@ -63,6 +69,10 @@ class IMAPServerProtocol(protocol.Protocol):
         if self._timeout_call is not None and self._timeout_call.active():
             self._timeout_call.cancel()
         self._queue.clear()
+        self._forget_command()
+        sink, self._literal_sink = self._literal_sink, None
+        if hasattr(sink, "close"):
+            sink.close()  # a client that vanished mid-literal leaves no temporary file open
         # A client may vanish mid-IDLE or mid-AUTHENTICATE: end the waiting command.
         consumer, self.line_consumer = self.line_consumer, None
         if consumer is not None:
@@ -132,6 +142,9 @@ class IMAPServerProtocol(protocol.Protocol):
             end = self._buffer.find(b"\n")
             if end < 0:
                 if len(self._buffer) > max_line:
+                    if not self._skipping_line:
+                        # Keep the tag, so that the client waiting for it gets its BAD.
+                        self._skipped_tag = bytes(self._buffer[:64]).split(b" ", 1)[0]
                     self._skipping_line = True
                     self._buffer.clear()
                 return
@@ -140,10 +153,14 @@ class IMAPServerProtocol(protocol.Protocol):
             if line.endswith(b"\r"):
                 line = line[:-1]
             if self._skipping_line or len(line) > max_line:
+                if self._skipping_line:
+                    tag = self._skipped_tag
+                else:
+                    tag = line.split(b" ", 1)[0] if line else b"*"
+                if self._segments and isinstance(self._segments[0], bytes):
+                    tag = self._segments[0].split(b" ", 1)[0]  # the line continued a command
                 self._skipping_line = False
-                self._segments = []
-                self._discard_literal = False
-                tag = line.split(b" ", 1)[0] if line else b"*"
+                self._forget_command()
                 self._reject_line(tag, "line too long")
                 continue
             if self.line_consumer is not None and not self._segments:
@@ -156,6 +173,7 @@ class IMAPServerProtocol(protocol.Protocol):
         if literal is None:
             self._segments.append(line)
             segments, self._segments = self._segments, []
+            self._held = 0
             if self._discard_literal:
                 self._discard_literal = False
                 return  # the command was already refused when its literal was
@@ -169,15 +187,18 @@ class IMAPServerProtocol(protocol.Protocol):
             self.write_lines([tag + b" NO [TOOBIG] Literal larger than %d octets" % limit])
             if sync:
                 # The client will not send it; forget the command.
-                self._segments = []
+                self._forget_command()
                 return
             self._discard_literal = True  # LITERAL+: it is coming anyway; swallow it
             self._literal_left = size
             if size == 0:
                 self._finish_literal()
             return
-        self._literal_sink = (tempfile.SpooledTemporaryFile(max_size=SPOOL_ABOVE)
-                              if size > SPOOL_ABOVE else _Bytes())
+        if self._held + size > SPOOL_ABOVE:
+            self._literal_sink = tempfile.TemporaryFile()
+        else:
+            self._literal_sink = _Bytes()
+            self._held += size
         self._literal_left = size
         if sync:
             self.write_lines([b"+ Ready for literal data"])
@@ -193,6 +214,23 @@ class IMAPServerProtocol(protocol.Protocol):
         if not isinstance(value, bytes):
             value.seek(0)
         self._segments.append(value)
+
+    def _forget_command(self) -> None:
+        """Drop a partly received command (its spooled literals are closed)."""
+        for segment in self._segments:
+            if hasattr(segment, "close"):
+                segment.close()
+        self._segments = []
+        self._held = 0
+        self._discard_literal = False
+
+    def discard_pending_input(self) -> None:
+        """Forget everything received but not yet run: buffered bytes, a partly received
+        command, queued commands.  STARTTLS calls this (RFC 3501 6.2.1): commands that came
+        in the clear before the TLS handshake must not run inside the TLS session."""
+        self._buffer.clear()
+        self._forget_command()
+        self._queue.clear()
 
     def _reject_line(self, tag: bytes, reason: str) -> None:
         tag = tag if _valid_tag(tag) else b"*"
@@ -216,7 +254,8 @@ class IMAPServerProtocol(protocol.Protocol):
             self._run_next()
 
     def _run_next(self) -> None:
-        while self._queue and not self.closed and not self.logged_out:
+        while self._queue and not self.closed and not self.logged_out \
+                and not self.server.stopping:
             tokens = self._queue.popleft()
             self._running = True
             d = defer.maybeDeferred(self._execute, tokens)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from twisted.internet import protocol
+from twisted.internet import protocol, task, threads
 from twisted.python.threadpool import ThreadPool
 
 from mailstore import errors
@@ -34,6 +34,7 @@ class IMAPServer(protocol.ServerFactory):
         self.connections: set = set()
         self.per_user: dict[str, int] = {}
         self.watchers = Watchers(self)
+        self.stopping = False
 
     def buildProtocol(self, addr):
         conn = IMAPServerProtocol(self)
@@ -73,10 +74,27 @@ class IMAPServer(protocol.ServerFactory):
                 return code, str(exc) or cls.__name__
         return None, "Internal server error"
 
-    def stop(self):
+    def stop(self, grace: float = 30.0):
+        """Graceful shutdown: no new commands; commands in progress finish and are answered
+        (for up to ``grace`` seconds); then every session gets BYE and is closed.  The thread
+        pool is stopped last, so no store call is cut off halfway."""
+        self.stopping = True
         self.watchers.stop()
-        for conn in list(self.connections):
-            conn.write_lines([b"* BYE Server shutting down"])
-            conn.logged_out = True
-            conn.transport.loseConnection()
-        self.threadpool.stop()
+        deadline = self.reactor.seconds() + grace
+
+        def busy():
+            return [c for c in self.connections if c._running and not c.closed
+                    and not getattr(c.line_consumer, "idle", False)]
+
+        def finish():
+            if busy() and self.reactor.seconds() < deadline:
+                return task.deferLater(self.reactor, 0.05, finish)
+            for conn in list(self.connections):
+                conn.write_lines([b"* BYE Server shutting down"])
+                conn.logged_out = True
+                conn.transport.loseConnection()
+            return threads.deferToThreadPool(self.reactor, self.threadpool, lambda: None)
+
+        d = finish()
+        d.addBoth(lambda _: self.threadpool.stop())
+        return d
