@@ -47,6 +47,7 @@ schema: $(STAMP)
 
 bench: $(STAMP) debian-test-pkgs
 	$(BIN)/python bench/store_bench.py
+	$(BIN)/python bench/delivery_bench.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache build *.egg-info

@@ -76,22 +76,22 @@ class DeliveryHandler:
     def _resolve(self, parsed) -> tuple[str, str]:
         """(user, mailbox) for an address; raises NotFound or OverQuota.  In a worker thread.
 
-        A user whose name holds a ``+`` is found before a plus-address: the whole local part is
-        tried first.
+        ``check_quota`` reads the user's row, so it is also the existence check (one read per
+        RCPT).  A user whose name holds a ``+`` is found before a plus-address: the whole
+        local part is tried first.
         """
         store = self.store
         try:
-            user, folder = store.user(parsed.local).name, "INBOX"
+            store.check_quota(parsed.local, 0, 1)
+            return parsed.local, "INBOX"
         except (NotFound, InvalidName):
             if parsed.detail is None:
                 raise
-            user, folder = store.user(parsed.user).name, "INBOX"
-            try:
-                folder = store.mailbox(user, parsed.detail, recover=False).name
-            except (NotFound, InvalidName):
-                pass  # no such folder: plain INBOX delivery
-        store.check_quota(user, 0, 1)
-        return user, folder
+        store.check_quota(parsed.user, 0, 1)
+        try:
+            return parsed.user, store.mailbox(parsed.user, parsed.detail, recover=False).name
+        except (NotFound, InvalidName):
+            return parsed.user, "INBOX"  # no such folder: plain INBOX delivery
 
     async def handle_DATA(self, server, session, envelope):
         targets = _targets(envelope)

@@ -4,7 +4,7 @@ The fields follow RFC 5321 4.4 (``Return-Path``, ``Received``) and the ``Deliver
 Postfix and Dovecot add.  All of them are written into the content that every recipient of the
 message shares, so none may name one recipient of several: ``Delivered-To`` and the ``for``
 clause of ``Received`` appear only when the message has exactly one recipient
-(docs/decisions/0006-delivery-headers.md).
+(docs/decisions/0008-delivery-headers.md).
 """
 
 from __future__ import annotations
