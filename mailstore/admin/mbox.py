@@ -299,39 +299,41 @@ class MboxReader:
                           internal_date=parse_from_line(from_line))
         spool = msg.spool
         # The header block, line by line: metadata headers become flags and are left out.
+        # Kept lines are collected and handed to the spool in one write.
+        kept: list[bytes] = []
         dropping = False
         first = True
         while True:
             start = self.position
             line = self._readline(MAX_HEADER_LINE)
-            if not line:
-                return self._end(msg, blank=True), b""
-            if line.startswith(b"From ") and parse_from_line(line) is not None:
-                return self._end(msg, blank=False), line
+            if not line or line.startswith(b"From ") and parse_from_line(line) is not None:
+                spool.write(b"".join(kept))
+                return self._end(msg, blank=not line), line
             if line in (b"\n", b"\r\n"):
-                spool.write(line)
+                kept.append(line)
                 break
             if line[:1] in (b" ", b"\t") and not first:
                 if not dropping:
-                    spool.write(line)
+                    kept.append(line)
                 continue
-            header = _HEADER.match(line)
-            if header is None or not line.endswith(b"\n"):
+            colon = line.find(b":")
+            if colon < 1 or not line.endswith(b"\n") or _HEADER.match(line) is None:
                 if first:
                     msg.error = "not a mail message: its first line is not a header field"
                 self.i = start - self.base  # the header ended without a blank line: body
                 break
             first = False
-            name = line[:line.index(b":")].strip().lower()
-            if name == b"date" and msg.internal_date is None:
-                msg.internal_date = _header_date(line[line.index(b":") + 1:])
+            name = line[:colon].rstrip().lower()
             dropping = name in _META
             if dropping:
                 if name == b"x-imap":
                     msg.skip = "folder internal data (UW-IMAP pseudo message)"
-                msg.flags |= flags_from_headers(name, line[line.index(b":") + 1:])
+                msg.flags |= flags_from_headers(name, line[colon + 1:])
                 continue
-            spool.write(line)
+            if name == b"date" and msg.internal_date is None:
+                msg.internal_date = _header_date(line[colon + 1:])
+            kept.append(line)
+        spool.write(b"".join(kept))
         return self._body(msg)
 
     def _body(self, msg: MboxMessage) -> tuple[MboxMessage, bytes]:
