@@ -39,6 +39,8 @@ def build_parser() -> argparse.ArgumentParser:
                    "auto: any free port)")
     p.add_argument("--smtp-port", type=port_arg, help="SMTP (0 disables, auto: any free port)")
     p.add_argument("--lmtp-port", type=port_arg, help="LMTP (0 disables, auto: any free port)")
+    p.add_argument("--metrics-port", type=port_arg, help="Prometheus metrics on loopback "
+                   "(0 disables, auto: any free port)")
     return p
 
 
@@ -59,6 +61,7 @@ def load_config(args: argparse.Namespace) -> configmod.Config:
         "imap": {"port": args.imap_port, "imaps_port": args.imaps_port, "host": args.host},
         "delivery": {"smtp_port": args.smtp_port, "lmtp_port": args.lmtp_port,
                      "host": args.host},
+        "metrics": {"port": args.metrics_port},
     }
     return configmod.load(args.config, overrides)
 
@@ -70,6 +73,17 @@ def open_store(cfg: configmod.Config) -> MailStore:
 
 def announce(name: str, host: str, port: int) -> None:
     print(f"{name} listening on {host}:{port}", flush=True)
+
+
+class _MetricsService:
+    name = "metrics"
+
+    def __init__(self, server):
+        self.server = server
+
+    def stop(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -84,6 +98,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"imapserver: cannot open the store: {exc}", file=sys.stderr)
         return 1
 
+    from .observe import start_logging, start_metrics
+    start_logging(cfg)
     loop = asyncio.new_event_loop()
     asyncio.set_event_loop(loop)
     from twisted.internet import asyncioreactor
@@ -96,6 +112,9 @@ def main(argv: list[str] | None = None) -> int:
 
     def started() -> None:
         try:
+            metrics = start_metrics(cfg, announce)
+            if metrics is not None:
+                services.append(_MetricsService(metrics))
             services.extend(start_services(store, cfg, reactor, loop, announce))
         except Exception as exc:  # a port in use, a bad certificate, ...
             print(f"imapserver: cannot start: {exc}", file=sys.stderr)

@@ -77,6 +77,15 @@ SCHEMA: dict[str, dict[str, Key]] = {
         "plus_addressing": Key(_bool, True),
         "over_quota_code": Key(_choice("452", "552"), "452"),
     },
+    "log": {
+        "format": Key(_choice("text", "json"), "text"),
+        "file": Key(str, "-"),
+        "level": Key(_choice("debug", "info", "warn", "error"), "info"),
+    },
+    "metrics": {
+        "host": Key(str, "127.0.0.1"),
+        "port": Key(int, 0),
+    },
     "hbase": {
         "host": Key(str, "localhost"),
         "port": Key(int, 9090),

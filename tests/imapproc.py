@@ -48,7 +48,7 @@ class ServerProcess:
         sel.register(self.proc.stdout, selectors.EVENT_READ)
         deadline = time.monotonic() + START_TIMEOUT
         buffer = b""
-        while set(self.ports) < wanted:
+        while not wanted <= set(self.ports):
             if time.monotonic() > deadline or self.proc.poll() is not None:
                 self.stop()
                 raise RuntimeError("imapserver did not start:\n" + "\n".join(self.output)
@@ -117,7 +117,7 @@ class Client:
         while b"\r\n" not in self.buffer:
             chunk = self.sock.recv(65536)
             if not chunk:
-                raise ConnectionError("connection closed; buffer: %r" % self.buffer)
+                raise ConnectionError(f"connection closed; buffer: {self.buffer!r}")
             self.buffer += chunk
         line, self.buffer = self.buffer.split(b"\r\n", 1)
         return line

@@ -16,6 +16,8 @@ from collections.abc import Callable
 
 from twisted.internet import threads
 
+from ..observe import timed_store_call
+
 NOT_AUTH, AUTH, SELECTED = "notauth", "auth", "selected"
 ANY = (NOT_AUTH, AUTH, SELECTED)
 
@@ -67,9 +69,13 @@ class CommandContext:
         self.out.append(b"* " + line)
 
     def call(self, fn: Callable, *args, **kwargs):
-        """Run a store call in the thread pool; a Deferred firing with its result."""
-        return threads.deferToThreadPool(self.server.reactor, self.server.threadpool, fn,
-                                         *args, **kwargs)
+        """Run a store call in the thread pool (timed for the store latency histogram); a
+        Deferred firing with its result."""
+        operation = getattr(fn, "__name__", "call")
+        if operation in ("run", "<lambda>"):  # a command's own closure: label it by command
+            operation = self.name.lower()
+        return threads.deferToThreadPool(self.server.reactor, self.server.threadpool,
+                                         timed_store_call, operation, fn, *args, **kwargs)
 
     def flush(self) -> None:
         """Send what has accumulated (used before long waits: IDLE, literals, streaming)."""

@@ -21,17 +21,29 @@ command parser while it is set.
 from __future__ import annotations
 
 import tempfile
+import time
 from collections import deque
 
 from twisted.internet import defer, protocol
-from twisted.python import log
 
+from ..observe import (
+    COMMAND_SECONDS,
+    COMMANDS,
+    CONNECTIONS,
+    ERRORS,
+    SESSIONS,
+    Logger,
+    command_label,
+)
 from . import wire
 from .context import Bad, CommandContext, No, dispatch
 
 CRLF = b"\r\n"
 SPOOL_ABOVE = 1024 * 1024
 """Literal octets one command may hold in memory; beyond this they go to temporary files."""
+
+
+log = Logger("imap")
 
 
 class IMAPServerProtocol(protocol.Protocol):
@@ -57,6 +69,12 @@ class IMAPServerProtocol(protocol.Protocol):
     # -- connection -------------------------------------------------------------------------
 
     def connectionMade(self) -> None:
+        self.opened_at = time.monotonic()
+        self.remote = getattr(self.transport.getPeer(), "host", "?")
+        self.commands = 0
+        CONNECTIONS.inc()
+        SESSIONS.inc()
+        log.info("connect remote={remote}", remote=self.remote)
         self.server.connection_opened(self)
         if self.logged_out:
             return  # refused with BYE (too many connections): no greeting, no timer
@@ -66,6 +84,12 @@ class IMAPServerProtocol(protocol.Protocol):
 
     def connectionLost(self, reason=None) -> None:
         self.closed = True
+        SESSIONS.dec()
+        log.info("disconnect user={user} remote={remote} commands={commands} "
+                 "seconds={seconds:.1f} logout={logout}", user=self.session.user,
+                 remote=getattr(self, "remote", "?"), commands=getattr(self, "commands", 0),
+                 seconds=time.monotonic() - getattr(self, "opened_at", time.monotonic()),
+                 logout=self.logged_out)
         if self._timeout_call is not None and self._timeout_call.active():
             self._timeout_call.cancel()
         self._queue.clear()
@@ -123,7 +147,8 @@ class IMAPServerProtocol(protocol.Protocol):
         try:
             self._consume()
         except Exception:
-            log.err(None, "IMAP input processing failed")
+            ERRORS.labels("imap").inc()
+            log.failure("IMAP input processing failed")
             self.write_lines([b"* BYE Internal error"])
             self.transport.loseConnection()
 
@@ -280,20 +305,31 @@ class IMAPServerProtocol(protocol.Protocol):
             self.write_lines([tag.encode() + b" BAD Missing command"])
             return
         ctx = CommandContext(self, tag, tokens[1].upper(), tokens[2:])
+        self.commands += 1
+        started = time.perf_counter()
+        outcome = "OK"
         try:
             yield dispatch(ctx)
         except Bad as exc:
+            outcome = "BAD"
             ctx.finish(b"BAD", exc.text, exc.code)
         except No as exc:
+            outcome = "NO"
             ctx.finish(b"NO", exc.text, exc.code)
         except Exception as exc:  # a bug or a store failure: answer, keep the session
+            outcome = "NO"
             code, text = self.server.describe_error(exc)
             if code is None:
-                log.err(None, f"IMAP command {ctx.name} failed")
+                ERRORS.labels("imap").inc()
+                log.failure("IMAP command {command} failed", command=ctx.name)
             ctx.finish(b"NO", text, code)
         else:
             if not ctx.finished:
                 ctx.finish(b"OK", f"{ctx.name} completed")
+        label = command_label(ctx.name)
+        COMMANDS.labels(label, outcome).inc()
+        if label != "IDLE":  # IDLE lasts as long as the client wants; not a latency
+            COMMAND_SECONDS.labels(label).observe(time.perf_counter() - started)
 
 
 class _Bytes:
