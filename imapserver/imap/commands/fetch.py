@@ -19,8 +19,8 @@ from zope.interface import implementer
 from mailstore.messages import BODY, ENVELOPE, HEADER, SUMMARY
 
 from ..context import SELECTED, Bad, command
-from ..render import CONTENT, bodystructure, envelope, internaldate, parse_fetch_items
 from ..render import BODY as NEED_BODY
+from ..render import CONTENT, bodystructure, envelope, internaldate, parse_fetch_items
 from ..render import ENVELOPE as NEED_ENVELOPE
 from ..render import HEADER as NEED_HEADER
 from ..sections import iter_section, resolve
