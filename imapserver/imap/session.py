@@ -33,11 +33,17 @@ class Session:
             return host.startswith("127.") or host == "::1"
         return False
 
+    def append_limit(self) -> int:
+        """RFC 7889: the largest message APPEND accepts, the smaller of the literal limit and
+        the store's message size limit (announcing more would promise what APPEND refuses)."""
+        limit = self.server.cfg["imap"]["max_literal_size"]
+        return min(limit, getattr(self.server.store, "max_message_size", limit))
+
     def capabilities(self) -> list[str]:
         caps = ["IMAP4rev1", "LITERAL+", "SASL-IR", "ID", "ENABLE", "IDLE", "NAMESPACE",
                 "UIDPLUS", "MOVE", "UNSELECT", "CHILDREN", "SPECIAL-USE", "LIST-EXTENDED",
                 "LIST-STATUS", "MULTIAPPEND",
-                f"APPENDLIMIT={self.server.cfg['imap']['max_literal_size']}"]
+                f"APPENDLIMIT={self.append_limit()}"]
         if self.user is None:
             if not self.tls and self.server.tls_context is not None:
                 caps.append("STARTTLS")

@@ -5,19 +5,25 @@
     login        = "LOGIN" SP userid SP password                    ; 6.2.3
 
 Failed logins wait ``auth_failure_delay`` seconds and say the same whether the user exists or
-not.  Password checks (scrypt) run in the thread pool.
+not, or the name is not even a valid user name.  They are logged at WARNING through the standard
+``logging`` module (as the delivery side logs), so they reach the process's stderr even where no
+log configuration was made.  Password checks (scrypt) run in the thread pool.
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
+import logging
 
 from twisted.internet import defer, task
-from twisted.python import log
+
+from mailstore.errors import InvalidName
 
 from ..context import NOT_AUTH, Bad, No, command
 from ..wire import as_text
+
+log = logging.getLogger(__name__)
 
 
 @command("STARTTLS", NOT_AUTH)
@@ -28,9 +34,20 @@ def starttls(ctx):
     if ctx.session.tls:
         raise Bad("TLS is already active")
     ctx.finish(b"OK", "Begin TLS negotiation now")
-    ctx.conn._buffer.clear()  # RFC 3501 6.2.1: nothing sent before TLS is used after it
+    # RFC 3501 6.2.1, RFC 2595 3.1: commands pipelined in the clear behind STARTTLS (injected
+    # by a man in the middle, as in CVE-2011-0411) must not run in the TLS session, whether
+    # still buffered or already queued.
+    ctx.conn.discard_pending_input()
     ctx.conn.transport.startTLS(ctx.server.tls_context)
     ctx.session.tls = True
+
+
+def _authenticate(store, user: str, password: str) -> str | None:
+    """The canonical user name, or None; a malformed user name fails like a wrong password."""
+    try:
+        return store.authenticate(user, password)
+    except InvalidName:
+        return None
 
 
 def _check_plaintext(ctx):
@@ -42,18 +59,18 @@ def _check_plaintext(ctx):
 @defer.inlineCallbacks
 def _login(ctx, user: str, password: str, mechanism: str):
     peer = ctx.conn.transport.getPeer()
-    who = yield ctx.call(ctx.store.authenticate, user, password)
+    who = yield ctx.call(_authenticate, ctx.store, user, password)
     if who is None:
-        log.msg(f"imap login failed: user={user!r} mechanism={mechanism} "
-                f"remote={getattr(peer, 'host', '?')}")
+        log.warning("imap login failed: user=%r mechanism=%s remote=%s", user, mechanism,
+                    getattr(peer, "host", "?"))
         yield task.deferLater(ctx.server.reactor, ctx.server.cfg["imap"]["auth_failure_delay"],
                               lambda: None)
         raise No("Authentication failed", "AUTHENTICATIONFAILED")
     if not ctx.server.user_logged_in(who):
         raise No("Too many connections for this user", "LIMIT")
     ctx.session.user = who
-    log.msg(f"imap login: user={who} mechanism={mechanism} "
-            f"remote={getattr(peer, 'host', '?')}")
+    log.info("imap login: user=%s mechanism=%s remote=%s", who, mechanism,
+             getattr(peer, "host", "?"))
     caps = " ".join(ctx.session.capabilities())
     ctx.finish(b"OK", f"{mechanism} completed", f"CAPABILITY {caps}")
 
