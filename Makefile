@@ -9,7 +9,7 @@ SUDO    := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 # Debian packages the tests and the bench run: swaks (an SMTP/LMTP client), Dovecot's LMTP
 # server (the bench's yardstick) and its IMAP server (the reference the FETCH rendering is
 # compared with, tests/test_imap_render.py).  Installed by the venv step, only those missing.
-DEBIAN_TEST_PKGS := swaks dovecot-core dovecot-lmtpd dovecot-imapd
+DEBIAN_TEST_PKGS := swaks dovecot-core dovecot-lmtpd dovecot-imapd isync fetchmail
 
 .PHONY: run test lint bench schema clean venv debian-test-pkgs
 
