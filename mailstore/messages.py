@@ -355,8 +355,21 @@ class Messages:
         views = self.get(mailbox.id, uids, SUMMARY)
         if not views:
             return [], []
-        top = self.boxes.rows.increment(mailbox.id, MODSEQ, len(views))
-        spare = list(range(top - len(views) + 1, top + 1))
+
+        def target(current: Flags) -> frozenset[str]:
+            if mode == "add":
+                return current.names | wanted
+            if mode == "remove":
+                return current.names - wanted
+            return wanted
+        # MODSEQs only for messages whose flags will change, as one block: sessions watching
+        # the mailbox can then tell their own changes from others' by counting (selected.py).
+        will_change = sum(1 for v in views if target(v.flags) != v.flags.names and (
+            unchanged_since is None or v.flags.modseq <= unchanged_since))
+        spare: list[int] = []
+        if will_change:
+            top = self.boxes.rows.increment(mailbox.id, MODSEQ, will_change)
+            spare = list(range(top - will_change + 1, top + 1))
         changed, failed, unseen_delta = [], [], 0
         for view in views:
             key = keys.message_key(mailbox.id, view.uid)
@@ -365,12 +378,7 @@ class Messages:
                 if unchanged_since is not None and current.modseq > unchanged_since:
                     failed.append(view.uid)
                     break
-                if mode == "add":
-                    names = current.names | wanted
-                elif mode == "remove":
-                    names = current.names - wanted
-                else:
-                    names = wanted
+                names = target(current)
                 if names == current.names:
                     break
                 modseq = spare.pop(0) if spare else self.boxes.rows.increment(mailbox.id, MODSEQ)

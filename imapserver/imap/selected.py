@@ -53,8 +53,10 @@ class SelectedMailbox:
         self.first_unseen: int | None = None
         self.unseen_count = 0
         self.keywords: set[str] = set()
-        # Flag changes this session made and already reported: uid -> their MODSEQ.
+        # Flag changes this session made and already knows of: uid -> their MODSEQ; and how
+        # many other MODSEQs its own operations used (expunges) since the last refresh.
         self.own_flags: dict[int, int] = {}
+        self.own_bumps = 0
 
     # -- opening ----------------------------------------------------------------------------
 
@@ -107,9 +109,14 @@ class SelectedMailbox:
         if visible > self.known_visible:
             new = list(self.store.messages.scan(self.mailbox.id, low_uid=self.known_visible + 1,
                                                 high_uid=visible, columns=[STATE, FLAGS]))
-        appends_only = (len(new) == modseq - self.known_modseq
+        own = sum(1 for m in self.own_flags.values() if m > self.known_modseq) + self.own_bumps
+        # Nothing but new messages and this session's own changes happened: every MODSEQ
+        # since the last look is accounted for, so no rescan is needed.
+        appends_only = (len(new) + own == modseq - self.known_modseq
                         and count == len(self.uids) + len(new)
                         and all(v.record.modseq > self.known_modseq for v in new))
+        own_flags, self.own_flags = self.own_flags, {}
+        self.own_bumps = 0
         if appends_only:
             for view in new:
                 self.uids.append(view.uid)
@@ -117,12 +124,12 @@ class SelectedMailbox:
             if new:
                 changes.exists = len(self.uids)
         else:
-            self._rescan(changes, visible)
+            self._rescan(changes, visible, own_flags)
         self.known_modseq = modseq
         self.known_visible = visible
         return changes
 
-    def _rescan(self, changes: Changes, visible: int) -> None:
+    def _rescan(self, changes: Changes, visible: int, own_flags: dict[int, int]) -> None:
         current: dict[int, tuple[frozenset[str], int]] = {}
         order = array("q")
         for view in self.store.messages.scan(self.mailbox.id, columns=[STATE, FLAGS],
@@ -147,15 +154,18 @@ class SelectedMailbox:
         for seq, uid in enumerate(self.uids, start=1):
             names, flag_modseq = current[uid]
             if flag_modseq > self.known_modseq and uid not in added \
-                    and self.own_flags.get(uid) != flag_modseq:
+                    and own_flags.get(uid) != flag_modseq:
                 changes.flags.append((seq, uid, names, flag_modseq))
-        self.own_flags.clear()
 
     def note_own_flags(self, changed) -> None:
         """Remember flag changes this session reported itself, so a refresh does not repeat
         them as if another session had made them."""
         for uid, flags in changed:
             self.own_flags[uid] = flags.modseq
+
+    def note_own_expunge(self) -> None:
+        """An expunge (or move out) by this session: one MODSEQ it already accounted for."""
+        self.own_bumps += 1
 
     def forget(self, uids: list[int]) -> list[int]:
         """Remove expunged UIDs this session itself expunged; returns their sequence numbers,

@@ -154,6 +154,8 @@ def _expunge(ctx, only: list[int] | None):
         doomed = [v.uid for v in views if "\\Deleted" in v.flags.names]
         return ctx.store.expunge(selected.mailbox, doomed) if doomed else []
     gone = yield ctx.call(run)
+    if gone:
+        selected.note_own_expunge()
     for seq in selected.forget(gone):
         ctx.untagged(b"%d EXPUNGE" % seq)
     yield report_changes(ctx)
@@ -186,8 +188,7 @@ def _store(ctx, uid_mode: bool):
         changed, _ = ctx.store.store_flags(selected.mailbox, uids, flags, mode)
         return changed, [] if silent else ctx.store.fetch(selected.mailbox, uids)
     changed, views = yield ctx.call(run)
-    if not silent:
-        selected.note_own_flags(changed)
+    selected.note_own_flags(changed)  # .SILENT too: the client knows what it set
     for view in views:
         seq = selected.seq_of(view.uid)
         if seq is None:
@@ -236,6 +237,8 @@ def _transfer(ctx, uid_mode: bool, move: bool):
         # RFC 6851 4.1: COPYUID goes in an untagged OK before the EXPUNGEs.
         if code:
             ctx.untagged(f"OK [{code}] Moved".encode())
+        if pairs:
+            selected.note_own_expunge()
         for seq in selected.forget([p[0] for p in pairs]):
             ctx.untagged(b"%d EXPUNGE" % seq)
         yield report_changes(ctx)
