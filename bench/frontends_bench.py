@@ -19,11 +19,10 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
-from tests.imapproc import Client, ServerProcess  # noqa: E402
-from tests.mailgen import message  # noqa: E402
-
 from mailstore.backends.embedded import EmbeddedBackend  # noqa: E402
 from mailstore.store import MailStore  # noqa: E402
+from tests.imapproc import Client, ServerProcess  # noqa: E402
+from tests.mailgen import message  # noqa: E402
 
 USERS = 20
 
