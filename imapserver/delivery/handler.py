@@ -68,6 +68,9 @@ class DeliveryHandler:
             return replies.UNKNOWN_USER.format(address)
         except MailStoreError as exc:
             return replies.for_error(exc, address, self.settings.over_quota_code)
+        except Exception:  # a bug must not look like a permanent refusal: 451, logged
+            log.exception("RCPT %s", address)
+            return replies.TRY_AGAIN
         envelope.rcpt_tos.append(address)
         envelope.rcpt_options.extend(rcpt_options)
         targets.append(target)
