@@ -255,9 +255,19 @@ class MailStore:
                 self.content.decref(stored.content_id)
                 results.append(Delivery(user, name, None, exc))
             except BaseException:
+                # The store failed: nothing may stay half-delivered, so the rows already added
+                # for earlier recipients are withdrawn before the caller is told to retry.
                 self.content.decref(stored.content_id, len(recipients) - len(results))
+                self._withdraw([r for r in results if r.uid is not None])
                 raise
         return results
+
+    def _withdraw(self, deliveries: list[Delivery]) -> None:
+        for done in deliveries:
+            try:
+                self.transfers.expunge(self.mailboxes.get(done.user, done.mailbox), [done.uid])
+            except Exception:  # still failing: fsck and the caller's own cleanup remain
+                pass
 
     def uids(self, mailbox: Mailbox) -> list[int]:
         return self.messages.uids(mailbox.id)
@@ -275,9 +285,11 @@ class MailStore:
     def read_message(self, view: MessageView) -> bytes:
         return self.messages.open_body(view).read()
 
-    @durable
     def store_flags(self, mailbox: Mailbox, uids: Iterable[int], flags: Iterable[str],
                     mode: str = "add", unchanged_since: int | None = None):
+        """STORE (RFC 3501 6.4.6).  Not fsynced, as Dovecot's default fsync_mode does not sync
+        flag changes: they survive a crash of the process, and a power cut may lose the last
+        ones, never a message."""
         return self.messages.store_flags(mailbox, uids, flags, mode, unchanged_since)
 
     @durable

@@ -249,3 +249,20 @@ def test_delete_user_removes_everything(store, alice):
     assert store.list_mailboxes(alice) == []
     with pytest.raises(NotFound):
         store.user(alice)
+
+
+def test_verified_logins_are_cached_until_the_password_changes(store, alice):
+    import mailstore.users as users_mod
+    calls = []
+    real = users_mod.verify_password
+    users_mod.verify_password = lambda pw, stored: calls.append(pw) or real(pw, stored)
+    try:
+        assert store.authenticate("alice", "secret") == "alice"
+        assert store.authenticate("alice", "secret") == "alice"
+        assert calls == ["secret"]  # the second login was answered from the cache
+        assert store.authenticate("alice", "wrong") is None  # a wrong password never is
+        store.users.set_password("alice", "new-secret")
+        assert store.authenticate("alice", "secret") is None
+        assert store.authenticate("alice", "new-secret") == "alice"
+    finally:
+        users_mod.verify_password = real

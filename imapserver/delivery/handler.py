@@ -21,6 +21,8 @@ from .addresses import BadAddress, ForeignDomain, parse_recipient
 from .transaction import deliver_message
 
 log = logging.getLogger(__name__)
+# Metrics live with the other process metrics; only the counter is used here.
+from ..observe import DELIVERIES  # noqa: E402
 
 MAX_RECIPIENTS = 1000
 """Recipients accepted per message (RFC 5321 4.5.3.1.8 asks for at least 100)."""
@@ -115,6 +117,10 @@ class DeliveryHandler:
             results = [Delivery(user, name, None, exc) for user, name in targets]
         answers = [self._answer(result, address, delivery)
                    for result, address in zip(results, envelope.rcpt_tos, strict=True)]
+        protocol = "lmtp" if self.lmtp else "smtp"
+        for result in results:
+            DELIVERIES.labels(protocol, "delivered" if result.error is None
+                              else type(result.error).__name__).inc()
         if self.lmtp:
             return "\r\n".join(answers)
         if all(r.error is None for r in results):

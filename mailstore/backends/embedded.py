@@ -324,6 +324,10 @@ class EmbeddedBackend(Backend):
         self._local = threading.local()
         self._all: list[sqlite3.Connection] = []
         self._all_lock = threading.Lock()
+        self._sync_state = threading.Lock()
+        self._sync_lock = threading.Lock()
+        self._sync_requested = 0
+        self._sync_done = 0
         # The first connection is made immediately so that a bad path or a locked file is
         # reported at start-up, not at the first mail.
         db = self._db()
@@ -373,6 +377,20 @@ class EmbeddedBackend(Backend):
     def sync(self) -> None:
         if self.synchronous != "FULL":
             return
+        # Group commit: a caller is covered by any fsync that *starts* after it asked, so
+        # threads that ask while one fsync runs share the next one instead of queueing one each.
+        with self._sync_state:
+            self._sync_requested += 1
+            ticket = self._sync_requested
+        with self._sync_lock:
+            if self._sync_done >= ticket:
+                return
+            with self._sync_state:
+                covered = self._sync_requested
+            self._fsync_log()
+            self._sync_done = covered
+
+    def _fsync_log(self) -> None:
         # Commits append to the WAL in order, so one fsync of it covers every earlier commit of
         # every connection.  After a checkpoint reset it, the data is in the main file, which
         # SQLite fsyncs before resetting the log.
