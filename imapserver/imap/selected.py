@@ -20,8 +20,10 @@ import bisect
 from array import array
 from dataclasses import dataclass, field
 
+from mailstore import keys
 from mailstore.mailboxes import COUNT, MODSEQ, VISIBLE, Mailbox
 from mailstore.messages import FLAGS, STATE
+from mailstore.records import VISIBLE_STATES, Flags
 from mailstore.store import MailStore
 
 
@@ -61,27 +63,43 @@ class SelectedMailbox:
     # -- opening ----------------------------------------------------------------------------
 
     def load(self) -> None:
-        """Read UIDs and flags once (SELECT).  One bounded scan of the small cells."""
+        """Read UIDs and flags once (SELECT): one bounded scan of the small commit and flag
+        cells, decoding only the state byte and the flags (no per-message JSON)."""
         counters = self.store.mailboxes.counters(self.mailbox.id)
         self.known_modseq = counters[MODSEQ]
         self.known_visible = counters[VISIBLE]
         uids = array("q")
         first_unseen = None
         unseen = 0
-        for view in self.store.messages.scan(self.mailbox.id, columns=[STATE, FLAGS],
-                                             high_uid=self.known_visible, batch_size=5000):
-            uids.append(view.uid)
-            self.keywords.update(f for f in view.flags.names if not f.startswith("\\"))
-            if not view.flags.seen:
+        keywords: set[str] = set()
+        for uid, flags in self._scan_flags(self.known_visible):
+            uids.append(uid)
+            if not flags.seen:
                 unseen += 1
                 if first_unseen is None:
                     first_unseen = len(uids)
+            for flag in flags.names:
+                if not flag.startswith("\\"):
+                    keywords.add(flag)
         self.uids = uids
         self.first_unseen = first_unseen
         self.unseen_count = unseen
+        self.keywords = keywords
         # \Recent (RFC 3501 2.3.2) is approximated per session: messages that arrive while this
         # session has the mailbox selected are recent to it.  No session "owns" older mail.
         self.recent = set()
+
+    def _scan_flags(self, visible: int):
+        """(uid, flag names) of every visible message up to ``visible``, ascending."""
+        if visible < 1:
+            return
+        start, stop = keys.message_range(self.mailbox.id, 1, visible)
+        rows = self.store.messages.table.scan(start=start, stop=stop, columns=[STATE, FLAGS],
+                                              reverse=True, batch_size=5000)
+        for key, row in rows:
+            if row.get(STATE, b"")[:1] in VISIBLE_STATES:
+                yield (keys.MAX_UID - int.from_bytes(key[16:24], "big"),
+                       Flags.decode(row.get(FLAGS)))
 
     # -- sequence numbers --------------------------------------------------------------------
 
@@ -132,10 +150,9 @@ class SelectedMailbox:
     def _rescan(self, changes: Changes, visible: int, own_flags: dict[int, int]) -> None:
         current: dict[int, tuple[frozenset[str], int]] = {}
         order = array("q")
-        for view in self.store.messages.scan(self.mailbox.id, columns=[STATE, FLAGS],
-                                             high_uid=visible, batch_size=5000):
-            order.append(view.uid)
-            current[view.uid] = (view.flags.names, view.flags.modseq)
+        for uid, flags in self._scan_flags(visible):
+            order.append(uid)
+            current[uid] = (flags.names, flags.modseq)
         # Expunges: report from the highest sequence number down, so that each number is still
         # valid when the client applies the previous EXPUNGE.
         for seq in range(len(self.uids), 0, -1):
