@@ -24,6 +24,7 @@ _ERROR_CODES = {
 
 
 class IMAPServer(protocol.ServerFactory):
+    noisy = False  # our own log lines say what happens; Twisted's factory chatter does not
     def __init__(self, store, cfg, reactor, tls_context=None, threads: int = 20):
         self.store = store
         self.cfg = cfg
