@@ -323,6 +323,33 @@ data
 --r--
 """), "1", "1.MIME")
 
+sample("spelling", crlf("""\
+From: a@example.com
+Subject: encodings and parameter names as written, lines without a line feed
+Content-Type: Multipart/Mixed; BOUNDARY="s"
+
+--s
+Content-Type: text/plain; CharSet=us-ascii
+Content-Transfer-Encoding: 7BIT
+
+See below.
+--s
+Content-Type: text/plain
+Content-Transfer-Encoding: 8Bit
+
+first line
+no line feed at the end either
+--s
+Content-Type: application/x-stuff; Title*0="Part ";
+ title*1="two"; NAME*1=b; Name*0=a; name*1=c
+Content-Transfer-Encoding: Base64
+
+ZGF0YQ==
+--s
+Content-Type: text/plain
+
+last part, unterminated"""), "1", "2", "3", "4", "1.MIME", "3.MIME")
+
 sample("digest", crlf("""\
 From: list@example.com
 Subject: digest of the week

@@ -131,13 +131,26 @@ def test_envelope_subject_and_names_are_cleaned_up_for_humans():
 
 def test_body_of_the_rfc3501_example():
     """RFC 3501 section 8's sample: ``BODY ("TEXT" "PLAIN" ("CHARSET" "US-ASCII") NIL NIL
-    "7BIT" 3028 92)`` -- type, subtype and value as written; the parser lower-cases parameter
-    names (they are case-insensitive, RFC 2045 section 5.1)."""
+    "7BIT" 3028 92)`` -- type, subtype, parameter names and values as written; the message has
+    no Content-Transfer-Encoding, and Dovecot writes RFC 2045's default as "7bit"."""
     body = info_of(RFC3501_EXAMPLE)["body"]
     assert bodystructure(body, False) == (
-        b'("TEXT" "PLAIN" ("charset" "US-ASCII") NIL NIL "7BIT" 8 1)')
+        b'("TEXT" "PLAIN" ("CHARSET" "US-ASCII") NIL NIL "7bit" 8 1)')
     assert bodystructure(body, True) == (
-        b'("TEXT" "PLAIN" ("charset" "US-ASCII") NIL NIL "7BIT" 8 1 NIL NIL NIL NIL)')
+        b'("TEXT" "PLAIN" ("CHARSET" "US-ASCII") NIL NIL "7bit" 8 1 NIL NIL NIL NIL)')
+    explicit = info_of(RFC3501_EXAMPLE.replace(b"MIME-Version: 1.0\r\n",
+                                               b"Content-Transfer-Encoding: 7BIT\r\n"))
+    assert b' NIL NIL "7BIT" 8 1)' in bodystructure(explicit["body"], False)
+
+
+def test_metadata_of_earlier_versions_renders_as_before():
+    """Stored structure from before encodings were kept as written (a default stored as 7BIT,
+    parameter names lower-cased) is written out as it is: nothing to tell a default from."""
+    old = {"type": "TEXT", "subtype": "PLAIN", "params": [["charset", "US-ASCII"]],
+           "encoding": "7BIT", "size": 8, "lines": 1, "header_start": 0, "body_start": 0,
+           "body_end": 8}
+    assert bodystructure(old, False) == (
+        b'("TEXT" "PLAIN" ("charset" "US-ASCII") NIL NIL "7BIT" 8 1)')
 
 
 def test_text_part_gets_the_default_charset():
@@ -188,12 +201,13 @@ Content-Type: text/html; charset=utf-8
 --b--
 """)
     body = info_of(raw)["body"]
+    # Lines are line feeds: "one" and "<p>two</p>" end at a boundary, so neither has one.
     assert bodystructure(body, False) == (
-        b'(("text" "plain" ("charset" "us-ascii") NIL NIL "7BIT" 3 1)'
-        b'("text" "html" ("charset" "utf-8") NIL NIL "7BIT" 10 1) "alternative")')
+        b'(("text" "plain" ("charset" "us-ascii") NIL NIL "7bit" 3 0)'
+        b'("text" "html" ("charset" "utf-8") NIL NIL "7bit" 10 0) "alternative")')
     assert bodystructure(body, True) == (
-        b'(("text" "plain" ("charset" "us-ascii") NIL NIL "7BIT" 3 1 NIL NIL NIL NIL)'
-        b'("text" "html" ("charset" "utf-8") NIL NIL "7BIT" 10 1 NIL NIL NIL NIL) '
+        b'(("text" "plain" ("charset" "us-ascii") NIL NIL "7bit" 3 0 NIL NIL NIL NIL)'
+        b'("text" "html" ("charset" "utf-8") NIL NIL "7bit" 10 0 NIL NIL NIL NIL) '
         b'"alternative" ("boundary" "b") NIL NIL NIL)')
 
 
@@ -222,9 +236,9 @@ text
 """)
     body = info_of(raw)["body"]
     assert bodystructure(body, True) == (
-        b'("message" "rfc822" NIL NIL NIL "7BIT" 24 '
+        b'("message" "rfc822" NIL NIL NIL "7bit" 24 '
         b'(NIL "inner" NIL NIL NIL NIL NIL NIL NIL NIL) '
-        b'("text" "plain" ("charset" "us-ascii") NIL NIL "7BIT" 6 1 NIL NIL NIL NIL) 3 '
+        b'("text" "plain" ("charset" "us-ascii") NIL NIL "7bit" 6 1 NIL NIL NIL NIL) 3 '
         b'NIL ("inline" NIL) NIL NIL)')
 
 
@@ -253,6 +267,11 @@ def test_rfc2231_continuations_are_joined():
     assert join_rfc2231([["n*0", "50%"], ["n*1*", "%41"]]) == [("n*", "''50%25%41")]
     # With an index missing, the segments stay apart.
     assert join_rfc2231([["n*0", "a"], ["n*2", "c"]]) == [("n*0", "a"), ("n*2", "c")]
+    # Names are as written: sorted as written, then a run equal but for case is one set,
+    # named after its first segment; as in Dovecot 2.3, a set out of order that way is not.
+    assert join_rfc2231([["title*1", "b"], ["Title*0", "a"]]) == [("Title", "ab")]
+    assert join_rfc2231([["Name*1", "b"], ["name*0", "a"]]) == [("Name*1", "b"),
+                                                                 ("name*0", "a")]
 
 
 def test_strings_in_structures_use_literals_when_needed():

@@ -502,6 +502,18 @@ def test_encoded_bodies_decoded_across_chunk_boundaries(small_chunks):
     assert search(b'BODY "=C3=A9"') == [] and search(b"BODY w5ZsIHVuZC") == []
 
 
+def test_charset_parameter_name_in_any_case(small_chunks):
+    # RFC 2045 section 5.1: parameter names are case-insensitive; the store keeps them as
+    # written (as Dovecot returns them), so "CharSet" must still select the KOI8-R decoder.
+    store, user = small_chunks
+    store.append(user, "INBOX", b"Subject: koi8\r\nContent-Type: text/plain; CharSet=\"KOI8-R\""
+                 b"\r\n\r\n" + "Привет".encode("koi8-r") + b"\r\n")
+    box = store.mailbox(user, "INBOX")
+    needle = "привет".encode()
+    assert evaluate(parse(b'CHARSET UTF-8 BODY "' + needle + b'"'), store, box,
+                    store.uids(box)) == [1]
+
+
 def test_attachments_are_skipped_not_read(small_chunks):
     store, user = small_chunks
     blob = base64.encodebytes(bytes(range(256)) * 1600).replace(b"\n", b"\r\n")

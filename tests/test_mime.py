@@ -41,8 +41,9 @@ def walk(part: BodyPart):
 
 
 def text_lines(body: bytes) -> int:
-    """RFC 3501 body-fld-lines as the parser counts it: LFs, plus an unterminated last line."""
-    return body.count(b"\n") + (1 if body and not body.endswith(b"\n") else 0)
+    """RFC 3501 body-fld-lines as the parser counts it, as Dovecot and UW-IMAP do: line feeds
+    (an unterminated last line is not counted)."""
+    return body.count(b"\n")
 
 
 def check_invariants(msg: bytes, info: MessageInfo) -> None:
@@ -116,8 +117,9 @@ def test_simple_text_message():
     assert env.cc is None and env.bcc is None and env.in_reply_to is None
     assert env.message_id == "<B27397-0100000@Blurdybloop.example>"
     body = info.body
-    assert (body.type, body.subtype, body.params) == ("TEXT", "PLAIN", [("charset", "US-ASCII")])
-    assert body.encoding == "7BIT" and body.parts is None and body.message is None
+    assert (body.type, body.subtype, body.params) == ("TEXT", "PLAIN", [("CHARSET", "US-ASCII")])
+    assert body.param("charset") == body.param("Charset") == "US-ASCII"
+    assert body.encoding is None and body.parts is None and body.message is None
     assert SIMPLE[body.body_start:body.body_end] == SIMPLE[head_end:]
     assert body.size == len(SIMPLE) - head_end and body.lines == 1
     check_invariants(SIMPLE, info)
@@ -157,7 +159,7 @@ def test_multipart_alternative():
     assert mp.lines is None
     plain, html = mp.parts
     assert ALTERNATIVE[plain.body_start:plain.body_end] == b"plain line one\r\nplain line two"
-    assert plain.lines == 2 and plain.size == 30
+    assert plain.lines == 1 and plain.size == 30  # "plain line two" ends at the boundary
     assert ALTERNATIVE[plain.header_start:plain.body_start] == \
         b"Content-Type: text/plain; charset=utf-8\r\n\r\n"
     assert html.encoding == "quoted-printable"
@@ -354,13 +356,15 @@ def test_address_parser_never_raises(value):
 
 
 def test_missing_headers():
-    """RFC 2045 defaults (text/plain; charset=us-ascii, 7BIT) and an all-NIL envelope."""
+    """RFC 2045 defaults (text/plain; charset=us-ascii; the 7bit encoding, stored as None so
+    that it stays apart from an explicit one) and an all-NIL envelope."""
     info = parse_bytes(b"\r\njust a body\r\n")
     assert info.header_size == 2 and info.envelope == Envelope()
     body = info.body
     assert (body.type, body.subtype, body.params, body.encoding) == \
-        ("text", "plain", [("charset", "us-ascii")], "7BIT")
+        ("text", "plain", [("charset", "us-ascii")], None)
     assert info.lines == 1 and body.size == 13
+    assert "encoding" not in body.to_json()
 
     header_only = b"Subject: no body\r\nFrom: x@y.example"
     info = parse_bytes(header_only)
@@ -378,7 +382,84 @@ def test_parameter_without_equals_and_invalid_type():
     info = parse_bytes(b"Content-Type: text/plain; format; charset=\"utf-8\"; =x\r\n\r\nx")
     assert info.body.params == [("charset", "utf-8")]
     info = parse_bytes(b"Content-Type: garbage\r\nContent-Transfer-Encoding:\r\n\r\nx")
-    assert (info.body.type, info.body.subtype, info.body.encoding) == ("text", "plain", "7BIT")
+    assert (info.body.type, info.body.subtype, info.body.encoding) == ("text", "plain", None)
+
+
+@pytest.mark.parametrize("field, encoding", [
+    (b"", None),
+    (b"Content-Transfer-Encoding: 7BIT\r\n", "7BIT"),
+    (b"Content-Transfer-Encoding: 7bit\r\n", "7bit"),
+    (b"Content-Transfer-Encoding: Quoted-Printable (comment)\r\n", "Quoted-Printable"),
+])
+def test_encoding_as_written(field, encoding):
+    """Content-Transfer-Encoding is kept as written, and None when the part has none (Dovecot
+    writes "7bit" for that but an explicit "7BIT" as it is)."""
+    info = parse_bytes(field + b"Content-Type: text/plain\r\n\r\nx\r\n")
+    assert info.body.encoding == encoding
+    assert MessageInfo.from_json(json.loads(json.dumps(info.to_json()))) == info
+
+
+def test_parameter_names_as_written():
+    """Parameter names keep their case (Dovecot returns them so); lookups ignore it, and a
+    boundary is found whatever the spelling of its name (RFC 2045 section 5.1)."""
+    msg = crlf("""\
+Content-Type: Multipart/Mixed; BOUNDARY="b"; Charset=x
+
+--b
+Content-Type: text/plain; CharSet=UTF-8; Format=flowed
+Content-Disposition: inline; FileName=a.txt
+
+one
+--b--
+""")
+    info = parse_bytes(msg)
+    mp = info.body
+    assert mp.params == [("BOUNDARY", "b"), ("Charset", "x")] and mp.boundary == "b"
+    (part,) = mp.parts
+    assert part.params == [("CharSet", "UTF-8"), ("Format", "flowed")]
+    assert part.param("charset") == "UTF-8" and part.param("FORMAT") == "flowed"
+    assert part.param("name") is None
+    assert part.disposition == ("inline", [("FileName", "a.txt")])
+    assert msg[part.body_start:part.body_end] == b"one"
+    check_invariants(msg, info)
+
+
+def test_line_counts_are_line_feeds():
+    """body-fld-lines counts line feeds, as Dovecot and UW-IMAP do: text right before a
+    boundary (its CRLF belongs to the boundary) or at the end of the message is not a line."""
+    msg = crlf("""\
+Content-Type: multipart/mixed; boundary=b
+
+--b
+
+See below.
+--b
+
+terminated
+
+--b
+
+--b
+Content-Type: text/plain
+
+unterminated""")
+    info = parse_bytes(msg)
+    assert [(msg[p.body_start:p.body_end], p.lines) for p in info.body.parts] == [
+        (b"See below.", 0), (b"terminated\r\n", 1), (b"", 0), (b"unterminated", 0)]
+    check_invariants(msg, info)
+    assert parse_bytes(b"\r\nno line feed").lines == 0
+    assert parse_bytes(b"\r\nthree\r\n\r\nlines\r\n").body.lines == 3
+
+
+def test_old_metadata_still_loads():
+    """Metadata stored by earlier versions (an encoding of 7BIT for the default, lower-cased
+    parameter names) loads as it was written."""
+    old = {"type": "text", "subtype": "plain", "params": [["charset", "us-ascii"]],
+           "encoding": "7BIT", "size": 3, "lines": 1, "header_start": 0, "body_start": 2,
+           "body_end": 5}
+    part = BodyPart.from_json(old)
+    assert part.encoding == "7BIT" and part.param("Charset") == "us-ascii"
+    assert part.to_json() == old
 
 
 def test_eight_bit_header():

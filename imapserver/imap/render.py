@@ -34,13 +34,14 @@ Grammar (RFC 3501 section 9)::
 Everything here is rendered from the metadata the store keeps (see :mod:`mailstore.mime` for
 its JSON encoding: text values are the raw octets decoded as latin-1).  Where RFC 3501 leaves
 a choice the output follows Dovecot, which a differential test checks octet for octet
-(``tests/test_imap_render.py``): type, subtype, parameter values, encodings and dispositions
-as written in the message; ``text/*`` parts get ``("charset" "us-ascii")`` appended when
-they name no charset; all four extension fields are written for BODYSTRUCTURE; RFC 2231
-parameter continuations are joined; a subject and display names are cleaned up "for
-humans" (runs of white space become one space, NUL becomes 0x80).  Strings go through
-:func:`imapserver.imap.wire.nstring`, so whether a value is quoted or sent as a literal is
-our choice (8-bit and quotes give literals), not Dovecot's.
+(``tests/test_imap_render_dovecot.py``): type, subtype, parameter names and values, encodings
+and dispositions as written in the message; a part without Content-Transfer-Encoding gets
+``"7bit"``; ``text/*`` parts get ``("charset" "us-ascii")`` appended when they name no
+charset; body-fld-lines counts line feeds; all four extension fields are written for
+BODYSTRUCTURE; RFC 2231 parameter continuations are joined; a subject and display names are
+cleaned up "for humans" (runs of white space become one space, NUL becomes 0x80).  Strings go
+through :func:`imapserver.imap.wire.nstring`, so whether a value is quoted or sent as a
+literal is our choice (8-bit and quotes give literals), not Dovecot's.
 """
 
 from __future__ import annotations
@@ -126,27 +127,44 @@ def join_rfc2231(params: list) -> list[tuple[str, str]]:
     it is.  Plain parameters keep their order and come first, then the joined ones sorted by
     name.  A set with a missing index is left as separate ``name*N[*]`` parameters.  Values
     are not decoded: RFC 3501 returns them raw.
+
+    Names are as written, so segments are sorted by name as written, then index, and a run
+    of names equal but for ASCII case is one set, written with its first segment's name;
+    this is Dovecot 2.3's grouping, odd cases (``Name*1`` and ``name*0``) included.
     """
     plain: list[tuple[str, str]] = []
-    segments: dict[str, list[tuple[int, bool, str]]] = {}
+    segments: list[tuple[str, int, bool, str]] = []
     for name, value in params:
         m = re.fullmatch(r"(.*?)\*(?:([0-9]+)(\*)?)?", name, re.S)
         if m is None:
             plain.append((name, value))
             continue
         extended = m.group(2) is None or m.group(3) is not None
-        segments.setdefault(m.group(1), []).append((int(m.group(2) or 0), extended, value))
-    for key in sorted(segments):
-        parts = sorted(segments[key], key=lambda s: s[0])
-        if [index for index, _, _ in parts] != list(range(len(parts))):
-            plain += [(f"{key}*{i}*" if ext else f"{key}*{i}", v) for i, ext, v in parts]
+        segments.append((m.group(1), int(m.group(2) or 0), extended, value))
+    segments.sort(key=lambda s: (s[0], s[1]))
+    i = 0
+    while i < len(segments):
+        key = segments[i][0]
+        folded = _ascii_lower(key)
+        j = i + 1
+        while j < len(segments) and _ascii_lower(segments[j][0]) == folded:
+            j += 1
+        parts = segments[i:j]
+        i = j
+        if [index for _, index, _, _ in parts] != list(range(len(parts))):
+            plain += [(f"{k}*{n}*" if ext else f"{k}*{n}", v) for k, n, ext, v in parts]
             continue
-        have_extended = any(ext for _, ext, _ in parts)
-        text = "''" if have_extended and not parts[0][1] else ""
-        for _index, ext, value in parts:
+        have_extended = any(ext for _, _, ext, _ in parts)
+        text = "''" if have_extended and not parts[0][2] else ""
+        for _key, _index, ext, value in parts:
             text += value.replace("%", "%25") if have_extended and not ext else value
         plain.append((key + "*" if have_extended else key, text))
     return plain
+
+
+def _ascii_lower(name: str) -> bytes:
+    """``name`` folded as C's strcasecmp folds it: ASCII letters only."""
+    return name.encode("latin-1", "replace").lower()
 
 
 def _params(params: list, default_charset: bool = False) -> bytes:
@@ -169,8 +187,8 @@ def _extension(part: dict[str, Any]) -> bytes:
     return dsp + b" " + lang + b" " + _nstring(part.get("location"))
 
 
-_EMPTY_TEXT: dict[str, Any] = {"type": "text", "subtype": "plain", "params": [],
-                               "encoding": "7bit", "size": 0, "lines": 0}
+_EMPTY_TEXT: dict[str, Any] = {"type": "text", "subtype": "plain", "params": [], "size": 0,
+                               "lines": 0}
 """What a multipart without parts, or an unparsed message/rfc822, is shown to contain:
 RFC 3501's grammar needs at least one body there, and this is Dovecot's choice."""
 
@@ -204,7 +222,9 @@ def _write_part(out: bytearray, part: dict[str, Any], extended: bool) -> None:
     out += b"(" + _string(type_) + b" " + _string(subtype) + b" "
     out += _params(part.get("params") or [], default_charset=is_text)
     out += b" " + _nstring(part.get("id")) + b" " + _nstring(part.get("description"))
-    out += b" " + _string(part.get("encoding") or "7BIT")
+    # No encoding stored means none was given: Dovecot writes RFC 2045's default as "7bit".
+    # (Metadata stored by earlier versions has "7BIT" for it, which is written as it is.)
+    out += b" " + _string(part.get("encoding") or "7bit")
     out += b" %d" % part.get("size", 0)
     if is_message:
         inner = part.get("message")

@@ -347,7 +347,8 @@ def _segments(body: dict | None, header_size: int, size: int):
             stack.append(message["body"])
         elif kind in ("text", "message") or children is not None:
             # (a multipart without parts -- no boundary found -- is searched as text)
-            charset = next((v for k, v in part.get("params", ()) if k == "charset"), None)
+            charset = next((v for k, v in part.get("params", ()) if k.lower() == "charset"),
+                           None)
             yield (False, part.get("body_start", 0), part.get("body_end", 0),
                    part.get("encoding"), charset)
 

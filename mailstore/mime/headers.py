@@ -139,11 +139,11 @@ def _join(toks: list[tuple[str, str, bool]]) -> str:
 def _split_params(value: str) -> tuple[list[tuple[str, str, bool]], list[tuple[str, str]]]:
     """Split ``head; a=b; c="d"`` into the head's tokens and the parameters.
 
-    Parameter names are lower-cased (RFC 2045 section 5.1: they are case-insensitive, and one
-    spelling spares every reader a case-insensitive search); values keep their case, lose the
-    quotes and have quoted pairs resolved.  A parameter without ``=`` or without a name is
-    skipped.  RFC 2231 continuations (``name*0``, ``name*``) are left as separate, raw
-    parameters.
+    Parameter names are kept as written, as Dovecot returns them in BODYSTRUCTURE (RFC 2045
+    section 5.1 makes them case-insensitive, so readers compare them that way); values keep
+    their case, lose the quotes and have quoted pairs resolved.  A parameter without ``=`` or
+    without a name is skipped.  RFC 2231 continuations (``name*0``, ``name*``) are left as
+    separate, raw parameters.
     """
     toks = _mime_tokens(value)
     segments: list[list[tuple[str, str, bool]]] = [[]]
@@ -157,7 +157,7 @@ def _split_params(value: str) -> tuple[list[tuple[str, str, bool]], list[tuple[s
         eq = next((k for k, tok in enumerate(seg) if tok[0] == "s" and tok[1] == "="), -1)
         if eq <= 0:
             continue
-        name = _join(seg[:eq]).lower()
+        name = _join(seg[:eq])
         rest = seg[eq + 1:]
         if rest:
             rest[0] = (rest[0][0], rest[0][1], False)

@@ -93,16 +93,22 @@ class BodyPart:
     ``type``/``subtype`` are as written (case kept); a part without a valid Content-Type gets
     RFC 2045's default ``text/plain; charset=us-ascii``, or ``message/rfc822`` inside a
     ``multipart/digest`` (RFC 2046 section 5.1.5).  ``params`` keeps the order of the header,
-    names lower-cased, values as written.  ``encoding`` defaults to ``7BIT``.
+    names and values as written (compare names case-insensitively, as :meth:`param` does).
+    ``encoding`` is the Content-Transfer-Encoding as written, ``None`` when the part has none
+    (RFC 2045's default, 7bit), so that the IMAP layer can write the default its own way.
+    Metadata stored by earlier versions has ``7BIT`` there for a default and an explicit
+    encoding alike, lower-cased parameter names, and line counts that include an unterminated
+    last line; it still loads and renders as it did then, just not as Dovecot would.
 
     Offsets are octet offsets into the whole message, so a FETCH reads exactly the bytes it
     needs: ``[header_start, body_start)`` is ``BODY[n.MIME]`` (or ``BODY[n.HEADER]`` of an
     encapsulated message), ``[body_start, body_end)`` is ``BODY[n]``.  The line break before a
     boundary belongs to the boundary (RFC 2046 section 5.1.1), so it is not in the body.
 
-    ``size`` is the body's octet count.  ``lines`` is its count of text lines (line feeds, plus
-    one for a last line that does not end in one); it is only set for ``text/*`` and
-    ``message/rfc822``, the types RFC 3501 reports it for.
+    ``size`` is the body's octet count.  ``lines`` is its count of text lines, which is its
+    count of line feeds: a last line without one (text right before a boundary, or at the end
+    of the message) is not counted, as Dovecot and UW-IMAP count it.  It is only set for
+    ``text/*`` and ``message/rfc822``, the types RFC 3501 reports it for.
 
     ``parts`` is a list for ``multipart/*`` (``None`` otherwise).  It is empty when the
     boundary never appears, is missing, or the nesting/part limits were hit; RFC 3501 has no
@@ -120,7 +126,7 @@ class BodyPart:
     params: list[Param] = field(default_factory=list)
     id: str | None = None
     description: str | None = None
-    encoding: str = "7BIT"
+    encoding: str | None = None
     size: int = 0
     lines: int | None = None
     md5: str | None = None
@@ -137,7 +143,7 @@ class BodyPart:
     def param(self, name: str) -> str | None:
         """The value of the first Content-Type parameter called ``name`` (case-insensitive)."""
         name = name.lower()
-        return next((v for k, v in self.params if k == name), None)
+        return next((v for k, v in self.params if k.lower() == name), None)
 
     @property
     def is_multipart(self) -> bool:
@@ -147,11 +153,12 @@ class BodyPart:
         """A JSON-ready dict; ``None`` members are omitted."""
         out: dict[str, Any] = {
             "type": self.type, "subtype": self.subtype,
-            "params": [list(p) for p in self.params], "encoding": self.encoding,
+            "params": [list(p) for p in self.params],
             "size": self.size, "header_start": self.header_start,
             "body_start": self.body_start, "body_end": self.body_end,
         }
-        for key in ("id", "description", "lines", "md5", "location", "boundary", "language"):
+        for key in ("id", "description", "encoding", "lines", "md5", "location", "boundary",
+                    "language"):
             value = getattr(self, key)
             if value is not None:
                 out[key] = value
@@ -165,7 +172,11 @@ class BodyPart:
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> BodyPart:
-        """Rebuild a part (and its children) from :meth:`to_json` output."""
+        """Rebuild a part (and its children) from :meth:`to_json` output.
+
+        Output of earlier versions loads as it was written (an ``encoding`` of ``7BIT`` stays
+        ``7BIT``: whether the message said so cannot be told from it any more).
+        """
         disposition = data.get("disposition")
         parts = data.get("parts")
         message = data.get("message")
@@ -173,7 +184,7 @@ class BodyPart:
             type=data["type"], subtype=data["subtype"],
             params=_params_from_json(data.get("params")),
             id=data.get("id"), description=data.get("description"),
-            encoding=data.get("encoding", "7BIT"), size=data.get("size", 0),
+            encoding=data.get("encoding"), size=data.get("size", 0),
             lines=data.get("lines"), md5=data.get("md5"),
             disposition=None if disposition is None
             else (disposition[0], _params_from_json(disposition[1])),
@@ -190,8 +201,8 @@ class MessageInfo:
     """A parsed message: the top-level one, or one encapsulated in a ``message/rfc822`` part.
 
     ``size`` is the message's octet count; ``header_size`` that of its header block *including*
-    the blank line ending it (all of it when there is none); ``lines`` counts the text lines of
-    its body, as :class:`BodyPart` does.  ``body`` is the root of the MIME tree: for a simple
+    the blank line ending it (all of it when there is none); ``lines`` counts the line feeds
+    of its body, as :class:`BodyPart` does.  ``body`` is the root of the MIME tree: for a simple
     message a single leaf whose offsets frame the whole message.
 
     ``truncated`` is set on the top-level message when a limit (header cap, nesting depth,

@@ -92,9 +92,7 @@ class StructureParser:
         self._scan = 0           # _buf[:_scan] holds no line feed (saves rescanning)
         self._nl = 0             # line feeds consumed so far
         self._last = -1          # the last octet consumed
-        self._prev_start = 0     # where the last complete line started ...
-        self._prev_eol = 0       # ... and the length of its line ending (1 or 2)
-        self._line_start = 0     # where the current, partly consumed line started
+        self._prev_eol = 0       # the length of the last complete line's ending (1 or 2)
         self._midline = False    # in a line already known to be ordinary
         self._nactive = 0        # frames with an active boundary
         self._pattern: re.Pattern[bytes] | None = None   # finds their delimiter lines
@@ -174,7 +172,7 @@ class StructureParser:
                     return n
                 if top.in_header:
                     self._store(top, buf, pos, j + 1)
-                self._end_line(buf, j, self._line_start)
+                self._end_line(buf, j)
                 self._midline = False
                 pos = j + 1
             elif top.in_header:
@@ -188,7 +186,7 @@ class StructureParser:
                             and (n - pos == 1 or buf[pos + 1] == 45))):
                     return pos  # may still become a blank line or a boundary
                 self._store(top, buf, pos, n)
-                self._start_midline(buf, pos)
+                self._start_midline(buf)
                 return n
             elif not self._nactive:
                 # Nothing can start or end before the end of the message: just count lines.
@@ -201,7 +199,7 @@ class StructureParser:
                 if j < 0:
                     if n < MAX_LINE:
                         return 0
-                    self._start_midline(buf, 0)
+                    self._start_midline(buf)
                     return n
                 self._delimiter_line(buf, 0, j)
                 pos = j + 1
@@ -224,7 +222,7 @@ class StructureParser:
                     if n - pos < MAX_LINE and buf[pos] == 45 and (
                             n - pos == 1 or buf[pos + 1] == 45):
                         return pos  # may still become a delimiter line
-                    self._start_midline(buf, pos)
+                    self._start_midline(buf)
                 return n
         return pos
 
@@ -233,25 +231,21 @@ class StructureParser:
         m = self._match(buf, pos, j) if j - pos < MAX_LINE else None
         if m is not None:
             self._boundary(m, self._base + pos, self._base + j + 1)
-        self._end_line(buf, j, self._base + pos)
+        self._end_line(buf, j)
 
-    def _start_midline(self, buf: bytearray, pos: int) -> None:
-        self._line_start = self._base + pos
+    def _start_midline(self, buf: bytearray) -> None:
         self._midline = True
         self._last = buf[-1]
 
-    def _end_line(self, buf: bytearray, j: int, line_start: int) -> None:
+    def _end_line(self, buf: bytearray, j: int) -> None:
         """Account for one line ending with the line feed at ``buf[j]``."""
         self._nl += 1
-        self._prev_start = line_start
         self._prev_eol = 2 if (buf[j - 1] if j > 0 else self._last) == 13 else 1
         self._last = 10
 
     def _plain_lines(self, buf: bytearray, pos: int, j: int) -> None:
         """Account for whole ordinary lines from ``buf[pos]`` (a line start) to ``buf[j]``."""
         self._nl += buf.count(b"\n", pos, j + 1)
-        k = buf.rfind(b"\n", pos, j)
-        self._prev_start = self._base + (k + 1 if k >= 0 else pos)
         self._prev_eol = 2 if (buf[j - 1] if j > 0 else self._last) == 13 else 1
         self._last = 10
 
@@ -260,17 +254,17 @@ class StructureParser:
         length = j - pos
         if length < MAX_LINE:
             if length == 0 or (length == 1 and buf[pos] == 13):
-                self._end_line(buf, j, self._base + pos)
+                self._end_line(buf, j)
                 self._finish_header(top, self._base + j + 1)
                 return j + 1
             if self._nactive and buf.startswith(b"--", pos):
                 m = self._match(buf, pos, j)
                 if m is not None:
                     self._boundary(m, self._base + pos, self._base + j + 1)
-                    self._end_line(buf, j, self._base + pos)
+                    self._end_line(buf, j)
                     return j + 1
         self._store(top, buf, pos, j + 1)
-        self._end_line(buf, j, self._base + pos)
+        self._end_line(buf, j)
         return j + 1
 
     def _store(self, frame: _Frame, buf: bytearray, start: int, end: int) -> None:
@@ -385,7 +379,7 @@ class StructureParser:
             self._nactive += 1
             self._pattern = None
         elif type_ == "message" and part.subtype.lower() == "rfc822":
-            if part.encoding.lower() not in _IDENTITY:
+            if (part.encoding or "7bit").lower() not in _IDENTITY:
                 return  # cannot be parsed in place; opaque
             if not room:
                 self._truncated = True
@@ -421,7 +415,9 @@ class StructureParser:
         part.id = values.get("content-id")
         part.description = values.get("content-description")
         encoding = values.get("content-transfer-encoding")
-        part.encoding = (parse_encoding(encoding) if encoding is not None else None) or "7BIT"
+        # Kept as written, None when defaulted: Dovecot writes a default as "7bit" and an
+        # explicit encoding as the message spells it, and the two must stay apart for that.
+        part.encoding = parse_encoding(encoding) if encoding is not None else None
         part.md5 = values.get("content-md5")
         disposition = values.get("content-disposition")
         part.disposition = parse_disposition(disposition) if disposition is not None else None
@@ -446,20 +442,18 @@ class StructureParser:
         """
         part = frame.part
         start = part.header_start if frame.in_header else part.body_start
+        # Lines are the body's line feeds; an unterminated last line does not count, as in
+        # Dovecot and UW-IMAP (RFC 3501 does not say how to count one).
         lines = 0
         if eof:
             end = at
-            if end > start and not frame.in_header:
-                lines = self._nl - frame.nl_body + (self._last != 10)
+            if not frame.in_header:
+                lines = self._nl - frame.nl_body
         elif at > start:
             end = at - self._prev_eol
             if not frame.in_header:
-                # Line feeds in the body, less the one before the delimiter, plus an
-                # unterminated last line; the body ends in a line feed only if its last line
-                # (the one before the delimiter) is empty and not the first.
+                # The line feed before the delimiter belongs to the delimiter.
                 lines = self._nl - 1 - frame.nl_body
-                if end > start and end != self._prev_start:
-                    lines += 1
         else:
             end = start
         if end < floor:  # only ever at == floor: the body is everything up to the delimiter
