@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from . import keys
+from . import keys, names
 from .backends.base import decode_counter, encode_counter
 from .errors import AlreadyExists, NotFound, TooLarge
 from .mailboxes import Mailbox
@@ -62,7 +62,6 @@ class Importer:
 
         Raises NotFound when missing and not ``create``, InvalidName for a bad name.
         """
-        from . import names
         name = names.normalize_mailbox(name)
         if name not in self._boxes:
             try:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import random
+import re
 import shutil
 import subprocess
 import sys
@@ -26,11 +27,16 @@ def run(*args: str, data_dir: str | None, stdin: str | None = None,
 
 @dataclass
 class Generated:
-    """One generated message: its content as it must be stored, flags and internal date."""
+    """One generated message: its content as in the file, flags and internal date."""
 
     content: bytes
     flags: set[str] = field(default_factory=set)
     date: int = 0
+
+    @property
+    def stored(self) -> bytes:
+        """The content as the store keeps it: bare LFs made CRLF."""
+        return re.sub(rb"(?<!\r)\n", b"\r\n", self.content)
 
 
 BODIES = [
@@ -61,12 +67,14 @@ FLAG_SETS = [set(), {"\\Seen"}, {"\\Seen", "\\Answered"}, {"\\Flagged"},
              {"\\Seen", "\\Draft", "$Label1"}, {"\\Deleted", "\\Seen", "work", "$Label1"}]
 
 
-def generate(count: int, seed: int = 1, big: int | None = None) -> list[Generated]:
+def generate(count: int, seed: int = 1, big: int | None = None,
+             crlf: bool = False) -> list[Generated]:
+    """Messages with LF line ends (as mbox and Maildir files have them), or CRLF."""
     rng = random.Random(seed)
     out = []
     for n in range(count):
         size = 2 * 1024 * 1024 if big is not None and n == big else 0
-        content = make_message(n, rng, crlf=(n % 7 == 3), size=size)
+        content = make_message(n, rng, crlf=crlf, size=size)
         out.append(Generated(content, set(rng.choice(FLAG_SETS)),
                              1_600_000_000 + n * 86_400 + rng.randrange(86_400)))
     return out
@@ -75,7 +83,6 @@ def generate(count: int, seed: int = 1, big: int | None = None) -> list[Generate
 def mbox_bytes(messages: list[Generated]) -> bytes:
     """An mboxrd file in the conventions export writes: Return-Path sender, asctime in UTC,
     Status/X-Status/X-Keywords just before the blank line that ends the header."""
-    import re
     out = bytearray()
     for m in messages:
         sender = re.search(rb"Return-Path: <([^>]*)>", m.content).group(1)

@@ -37,7 +37,9 @@ def stored(data_dir: str, user: str, name: str) -> list[tuple[bytes, set[str], i
 
 
 def expected(messages) -> list[tuple[bytes, set[str], int]]:
-    return [(m.content if m.content.endswith(b"\n") else m.content + b"\n", m.flags, m.date)
+    """What the store holds for messages read from an mbox: CRLF line ends, and a final line
+    end (mbox cannot tell a message without one)."""
+    return [(m.stored if m.content.endswith(b"\n") else m.stored + b"\r\n", m.flags, m.date)
             for m in messages]
 
 
@@ -61,7 +63,7 @@ def test_mbox_import_keeps_flags_dates_and_content(data_dir, tmp_path):
         theirs.close()
     letters = {"\\Seen": "R", "\\Answered": "A", "\\Flagged": "F", "\\Draft": "T",
                "\\Deleted": "D"}
-    ours = [(content.split(b"Message-ID: ")[1].split(b"\n")[0].strip().decode(),
+    ours = [(content.split(b"Message-ID: ")[1].split(b"\r\n")[0].decode(),
              {letters[f] for f in flags if f in letters})
             for content, flags, _date in stored(data_dir, "bob", "Old/2020")]
     assert ours == their
@@ -122,7 +124,7 @@ def test_maildir_tree_import_and_export_round_trip(data_dir, tmp_path):
     for name, (_folder, msgs) in folders.items():
         # new/ (no flags) comes before cur/; within each, by file name (= date here).
         order = sorted(msgs, key=lambda m: (bool(m.flags), m.date))
-        assert stored(data_dir, "bob", name) == [(m.content, m.flags, m.date) for m in order], \
+        assert stored(data_dir, "bob", name) == [(m.stored, m.flags, m.date) for m in order], \
             name
 
     export = tmp_path / "export"
@@ -143,6 +145,26 @@ def test_maildir_tree_import_and_export_round_trip(data_dir, tmp_path):
     assert json.loads(again.stdout)["imported"] == 18
     for name in folders:
         assert sorted(stored(data_dir, "carl", name)) == sorted(stored(data_dir, "bob", name))
+
+
+def test_line_ends_crlf_in_the_store_lf_in_files_unless_asked(data_dir, tmp_path):
+    root = tmp_path / "Maildir"
+    lf, crlf = generate(2, seed=15), generate(2, seed=16, crlf=True)
+    write_maildir(str(root), lf + crlf, [])
+    assert run("import", "bob", str(root), data_dir=data_dir).returncode == 0
+    assert sorted(m[0] for m in stored(data_dir, "bob", "INBOX")) == \
+        sorted(m.stored for m in lf + crlf)
+    assert all(m.stored == m.content for m in crlf)  # already CRLF: kept as it is
+
+    def exported(*option: str) -> list[bytes]:
+        out = tmp_path / ("export" + "".join(option))
+        assert run("export", "bob", str(out), "--mailbox", "INBOX", *option,
+                   data_dir=data_dir).returncode == 0
+        return sorted((out / "cur" / f).read_bytes() for f in os.listdir(out / "cur"))
+    # LF on disk by default: the LF files come back byte for byte, the CRLF ones as LF.
+    assert exported() == sorted([m.content for m in lf] +
+                                [m.content.replace(b"\r\n", b"\n") for m in crlf])
+    assert exported("--crlf") == sorted(m.stored for m in lf + crlf)
 
 
 def test_mbox_directory_export_and_import(data_dir, tmp_path):
@@ -225,7 +247,7 @@ def test_import_over_quota_stops_with_a_clear_message(data_dir, tmp_path):
     assert out.returncode == 1
     assert "import stopped: message quota exceeded for bob" in out.stderr
     assert len(stored(data_dir, "bob", "INBOX")) == 4
-    limit = sum(len(m.content) for m in messages[:6]) + 10
+    limit = sum(len(m.stored) for m in messages[:6]) + 10
     run("quota", "set", "bob", "--messages", "unlimited", "--storage", str(limit),
         data_dir=data_dir)
     out = run("import", "bob", str(path), "--json", data_dir=data_dir)

@@ -103,6 +103,9 @@ def test_provisioned_user_logs_in_and_sees_imported_mail(data_dir, tmp_path):
         assert seen == ["\\Seen" in m.flags for m in messages]
         status, body = client.uid("FETCH", "3", "(BODY.PEEK[HEADER.FIELDS (SUBJECT)])")
         assert b"Subject: message 2" in body[0][1]
+        # The mbox had LF line ends; IMAP serves the message with CRLF, as delivered mail.
+        status, body = client.uid("FETCH", "3", "(BODY.PEEK[])")
+        assert body[0][1] == messages[2].stored
         client.logout()
 
         # A password changed by mailadmin holds at the next login, without a restart.

@@ -16,15 +16,17 @@ from mailstore.admin.maildir import (
     folder_to_mailbox,
     mailbox_to_folder,
 )
-from mailstore.admin.mbox import MboxReader, MboxWriter, Spool, parse_from_line
+from mailstore.admin.mbox import MboxReader, MboxWriter, parse_from_line
 from mailstore.admin.output import Column, UsageError, parse_size, table
 from mailstore.admin.progress import Progress
+from mailstore.admin.spool import LfReader, Spool
 from mailstore.admin.transfer import envelope_sender
 
 
-def read(data: bytes, **kw) -> list[mbox.MboxMessage]:
+def read(data: bytes, crlf: bool = False, **kw) -> list[mbox.MboxMessage]:
+    """The messages of an mbox; line ends kept as they are unless ``crlf``."""
     out = []
-    for m in MboxReader(io.BytesIO(data), **kw):
+    for m in MboxReader(io.BytesIO(data), crlf=crlf, **kw):
         src = m.spool.source()
         m.content = src if isinstance(src, bytes) else src.read()
         m.spool.close()
@@ -82,6 +84,26 @@ def test_big_messages_spill_to_a_file_and_oversized_ones_are_only_counted():
     spool.finish(drop_blank_line=False)
     assert spool.source().read() == b"a" * 30
     spool.close()
+
+
+def test_stored_line_ends_are_crlf_and_files_get_lf_back():
+    data = (b"From a Sat Nov 21 12:00:00 2026\nSubject: x\n\nlf\ncrlf\r\nlone\rcr\n\n"
+            b"From b Sat Nov 21 12:00:00 2026\r\nSubject: y\r\n\r\ny\r\n\r\n")
+    first, second = read(data, crlf=True)
+    assert first.content == b"Subject: x\r\n\r\nlf\r\ncrlf\r\nlone\rcr\r\n"
+    assert second.content == b"Subject: y\r\n\r\ny\r\n"
+    # A CR at the end of one write and its LF at the start of the next stay one CRLF.
+    spool = Spool(crlf=True)
+    for piece in (b"a\r", b"\nb\n", b"\r", b"\r", b"\n", b"\n"):
+        spool.write(piece)
+    spool.finish()
+    assert spool.source() == b"a\r\nb\r\n\r\r\n\r\n"
+    for size in (1, 2, 3, 64):
+        reader = LfReader(io.BytesIO(b"a\r\nb\r\r\n\rc\r\n\r"))
+        out = b""
+        while piece := reader.read(size):
+            out += piece
+        assert out == b"a\nb\r\n\rc\n\r", size
 
 
 def test_writer_quotes_from_lines_split_across_reads():

@@ -148,23 +148,21 @@ def read_folder(folder: str) -> Iterator[MaildirMessage | tuple[str, OSError]]:
         yield MaildirMessage(path, st.st_size, flags, float(int(st.st_mtime)))
 
 
-def tree_size(root: str) -> tuple[int, int]:
-    """(messages, bytes) in every folder under ``root``, for progress."""
-    count = size = 0
-    for _name, folder in folders(root):
-        for sub in ("new", "cur"):
-            try:
-                with os.scandir(os.path.join(folder, sub)) as it:
-                    for entry in it:
-                        if not entry.name.startswith("."):
-                            count += 1
-                            try:
-                                size += entry.stat().st_size
-                            except OSError:
-                                pass
-            except FileNotFoundError:
-                continue
-    return count, size
+def folder_size(folder: str) -> int:
+    """Bytes of the messages in one folder (``new`` and ``cur``), for progress."""
+    total = 0
+    for sub in ("new", "cur"):
+        try:
+            with os.scandir(os.path.join(folder, sub)) as it:
+                for entry in it:
+                    if not entry.name.startswith("."):
+                        try:
+                            total += entry.stat().st_size
+                        except OSError:
+                            pass
+        except FileNotFoundError:
+            continue
+    return total
 
 
 # -- writing ------------------------------------------------------------------------------------

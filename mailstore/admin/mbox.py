@@ -16,6 +16,8 @@ Writing (export) is mboxrd: every line matching ``>*From `` gets one more ``>``,
 file back gives the same bytes.  Flags are written as ``Status``/``X-Status``/``X-Keywords`` just
 before the blank line that ends the header, which reading strips again.
 
+Line ends: messages are stored with CRLF (see :mod:`.spool`); export writes LF again.
+
 Memory: the file is read in blocks of :data:`BLOCK` bytes and scanned with ``bytes.find`` and one
 regular expression; a message is held in a :class:`Spool`, in memory up to ``spill`` bytes and
 in an anonymous temporary file beyond.  A 2 GB file never sits in memory, nor a 2 GB message.
@@ -25,13 +27,13 @@ from __future__ import annotations
 
 import calendar
 import email.utils
-import hashlib
 import re
-import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import BinaryIO
+
+from .spool import Spool
 
 BLOCK = 1024 * 1024
 MAX_HEADER_LINE = 64 * 1024
@@ -110,96 +112,6 @@ def metadata_headers(flags, newline: bytes = b"\n") -> bytes:
     return out
 
 
-class Spool:
-    """One message's bytes as they are read: in memory up to ``spill`` bytes, then in an
-    anonymous temporary file; hashed (SHA-256) on the way.
-
-    The last three bytes are held back so that the separator's blank line can be dropped when
-    the message turns out to end there.  Beyond ``max_size`` bytes the content is dropped and
-    only counted (:attr:`overflow`): a message too large to store is reported, not spooled.
-    """
-
-    def __init__(self, spill: int = 1024 * 1024, max_size: int | None = None):
-        self.spill = spill
-        self.max_size = max_size
-        self.size = 0
-        self.overflow = False
-        self._mem = bytearray()
-        self._file = None
-        self._held = b""
-        self._hash = hashlib.sha256()
-
-    def write(self, data) -> None:
-        if not data:
-            return
-        data = self._held + data
-        out, self._held = data[:-3], bytes(data[-3:])
-        if not out:
-            return
-        self.size += len(out)
-        if self.overflow:
-            return
-        if self.max_size is not None and self.size + len(self._held) > self.max_size:
-            self.overflow = True
-            self._mem = bytearray()
-            if self._file is not None:
-                self._file.close()
-                self._file = None
-            return
-        self._hash.update(out)
-        if self._file is not None:
-            self._file.write(out)
-            return
-        self._mem += out
-        if len(self._mem) > self.spill:
-            self._file = tempfile.TemporaryFile()
-            self._file.write(self._mem)
-            self._mem = bytearray()
-
-    def finish(self, drop_blank_line: bool) -> None:
-        """Flush what was held, without the final blank line if ``drop_blank_line``."""
-        held, self._held = self._held, b""
-        if drop_blank_line:
-            if self.size == 0 and held in (b"\n", b"\r\n"):
-                held = b""
-            elif held.endswith(b"\n\r\n"):
-                held = held[:-2]
-            elif held.endswith(b"\n\n"):
-                held = held[:-1]
-        self.size += len(held)
-        if self.overflow or (self.max_size is not None and self.size > self.max_size):
-            self.overflow = True
-            return
-        self._hash.update(held)
-        if self._file is not None:
-            self._file.write(held)
-            self._file.seek(0)
-        else:
-            self._mem += held
-
-    @property
-    def digest(self) -> bytes:
-        return self._hash.digest()
-
-    def source(self):
-        """The message: bytes, or a binary file positioned at its start."""
-        return self._file if self._file is not None else bytes(self._mem)
-
-    def head(self, limit: int = 200) -> bytes:
-        if self._file is not None:
-            self._file.seek(0)
-            data = self._file.read(limit)
-            self._file.seek(0)
-            return data
-        return bytes(self._mem[:limit])
-
-    def close(self) -> None:
-        if self._file is not None:
-            self._file.close()
-            self._file = None
-        self._mem = bytearray()
-
-
 @dataclass
 class MboxMessage:
     """One message read from an mbox file."""
@@ -220,14 +132,18 @@ class MboxMessage:
 class MboxReader:
     """Iterate over the messages of an mbox file opened in binary mode.
 
-    :attr:`position` is the number of bytes consumed so far (for progress).  Bytes before the
-    first ``From `` line are reported as :attr:`leading_garbage` (their count).
+    ``crlf`` makes bare LFs CRLF in the messages (as they are stored); ``max_size`` is the
+    largest message spooled, in stored bytes.  :attr:`position` is the number of bytes
+    consumed so far (for progress).  Bytes before the first ``From `` line are reported as
+    :attr:`leading_garbage` (their count).
     """
 
-    def __init__(self, f: BinaryIO, spill: int = 1024 * 1024, max_size: int | None = None):
+    def __init__(self, f: BinaryIO, spill: int = 1024 * 1024, max_size: int | None = None,
+                 crlf: bool = True):
         self.f = f
         self.spill = spill
         self.max_size = max_size
+        self.crlf = crlf
         self.buf = b""
         self.i = 0           # first unconsumed byte of buf
         self.base = 0        # file offset of buf[0]
@@ -295,7 +211,7 @@ class MboxReader:
     def _message(self, number: int, from_line: bytes) -> tuple[MboxMessage, bytes]:
         """Read one message after its ``From `` line; return it and the next ``From `` line."""
         offset = self.position - len(from_line)
-        msg = MboxMessage(number, offset, Spool(self.spill, self.max_size),
+        msg = MboxMessage(number, offset, Spool(self.spill, self.max_size, self.crlf),
                           internal_date=parse_from_line(from_line))
         spool = msg.spool
         # The header block, line by line: metadata headers become flags and are left out.

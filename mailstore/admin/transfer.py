@@ -8,7 +8,9 @@ Import sources (``import USER PATH``):
 * any other directory: every mbox file under it, ``Work/Projects.mbox`` (or Thunderbird's
   ``Work.sbd/Projects``) into ``Work/Projects``, which is what ``export --format mbox`` writes.
 
-Messages already imported into the same mailbox are skipped (:mod:`mailstore.imports`).  A
+Messages are stored with CRLF line ends, as delivered mail is (bare LFs become CRLF); export
+writes LF line ends again unless ``--crlf``, so a file with LF line ends comes back byte for
+byte.  Messages already imported into the same mailbox are skipped (:mod:`mailstore.imports`).  A
 message that cannot be imported (not a mail message, too large, unreadable) is reported and the
 import goes on; going over quota stops it, since every later message would fail the same way.
 Progress goes to standard error; the summary to standard output.
@@ -16,7 +18,6 @@ Progress goes to standard error; the summary to standard output.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import re
 from collections import Counter
@@ -26,6 +27,7 @@ from ..errors import InvalidName, NotFound, OverQuota, TooLarge
 from ..messages import FLAGS, HEADER, STATE
 from .maildir import (
     MaildirWriter,
+    folder_size,
     folders,
     mailbox_to_folder,
     read_folder,
@@ -33,10 +35,11 @@ from .maildir import (
 from .mbox import MboxReader, MboxWriter
 from .output import EXIT_OK, EXIT_PROBLEMS, Column, Failure, emit, size, table, warn
 from .progress import Progress
+from .spool import LfReader, Spool
 
 SPILL = 1024 * 1024
 """Messages up to this size are held in memory while imported; larger ones go through a
-temporary file."""
+temporary file.  Also the size of the reads of a Maildir file."""
 MAX_REPORTED = 1000
 """Errors kept for the report; beyond that they are only counted (memory stays flat)."""
 
@@ -61,6 +64,9 @@ def register(sub, common) -> None:
                      "mboxrd file per mailbox, NAME.mbox")
     exp.add_argument("--mailbox", action="append", metavar="NAME",
                      help="export only this mailbox (repeatable)")
+    exp.add_argument("--crlf", action="store_true",
+                     help="keep the stored CRLF line ends (default: LF, as mbox and Maildir "
+                     "files have them)")
     exp.add_argument("--no-progress", action="store_true", help="no progress on stderr")
     exp.set_defaults(func=run_export)
 
@@ -182,27 +188,11 @@ def run_import(ctx) -> int:
 
 def _source_bytes(source: Source) -> int:
     if source.kind == "maildir":
-        return tree_size_of_folder(source.path)
+        return folder_size(source.path)
     try:
         return os.path.getsize(source.path)
     except OSError:
         return 0
-
-
-def tree_size_of_folder(folder: str) -> int:
-    total = 0
-    for sub in ("new", "cur"):
-        try:
-            with os.scandir(os.path.join(folder, sub)) as it:
-                for entry in it:
-                    if not entry.name.startswith("."):
-                        try:
-                            total += entry.stat().st_size
-                        except OSError:
-                            pass
-        except FileNotFoundError:
-            continue
-    return total
 
 
 def _store_one(importer, mailbox, report: ImportReport, source: str, number: int,
@@ -266,34 +256,26 @@ def _import_maildir(importer, mailbox, folder: str, report: ImportReport,
             path, exc = item
             report.error(path, f"cannot read {path}: {exc.strerror}", mailbox.name)
             continue
+        spool = Spool(SPILL, importer.store.max_message_size)
         try:
             with open(item.path, "rb") as f:
-                if item.size <= SPILL:
-                    data = f.read()
-                    digest, length, source = hashlib.sha256(data).digest(), len(data), data
-                else:
-                    digest, length = _hash_file(f)
-                    f.seek(0)
-                    source = f
-                _store_one(importer, mailbox, report, item.path, number, None, source, length,
-                           digest, item.flags, item.internal_date)
+                while block := f.read(SPILL):
+                    spool.write(block)
+            spool.finish()
+            if spool.overflow:
+                report.error(item.path, f"message of {spool.size} bytes is larger than the "
+                             f"limit of {importer.store.max_message_size} bytes", mailbox.name)
+            else:
+                _store_one(importer, mailbox, report, item.path, number, None, spool.source(),
+                           spool.size, spool.digest, item.flags, item.internal_date)
         except OSError as exc:
             report.error(item.path, f"cannot read {item.path}: {exc.strerror or exc}",
                          mailbox.name)
+        finally:
+            spool.close()
         base += item.size
         done[0] += 1
         progress.update(done[0], base)
-
-
-def _hash_file(f) -> tuple[bytes, int]:
-    h = hashlib.sha256()
-    length = 0
-    while True:
-        block = f.read(SPILL)
-        if not block:
-            return h.digest(), length
-        h.update(block)
-        length += len(block)
 
 
 IMPORT_COLUMNS = [Column("mailbox"), Column("imported"), Column("skipped"),
@@ -366,6 +348,8 @@ def run_export(ctx) -> int:
             try:
                 for view in store.iter_messages(box, columns=[STATE, FLAGS, HEADER]):
                     reader = store.open_message(view)
+                    if not args.crlf:
+                        reader = LfReader(reader)
                     if args.format == "maildir":
                         writer.write(reader, view.flags.names, view.record.internal_date,
                                      f"U{box.uidvalidity}_{view.uid}")

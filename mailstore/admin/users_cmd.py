@@ -20,6 +20,9 @@ from .output import (
     table,
 )
 
+KEEP = object()
+"""Default of quota set's options: leave that limit unchanged."""
+
 
 def register(sub, common) -> None:
     user = sub.add_parser("user", parents=[common], help="manage users")
@@ -62,10 +65,6 @@ def register(sub, common) -> None:
                             help="a user's usage against their limits")
     qshow.add_argument("user")
     qshow.set_defaults(func=quota_show)
-
-
-KEEP = object()
-"""Default of quota set's options: leave that limit unchanged."""
 
 
 def read_password(from_stdin: bool, what: str) -> str:
