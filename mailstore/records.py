@@ -3,10 +3,15 @@
 ``m:s`` is the commit record of a message row.  It is written last, by check-and-put, and its
 first byte is the row's state:
 
-* ``C`` + JSON: committed and visible.
-* ``M`` + JSON: committed, visible, and claimed by a move in progress (see docs/decisions).
-* ``D`` + JSON: being expunged; invisible.
+* ``C`` + record: committed and visible.
+* ``M`` + record: committed, visible, and claimed by a move in progress (see docs/decisions).
+* ``D`` + record: being expunged; invisible.
 * ``X``: the UID was abandoned by a writer that stalled or crashed; invisible forever.
+
+The record after the state byte is a version byte (1) and fixed-size little-endian fields
+(``_LAYOUT``).  It was JSON at first; every scan of a mailbox decodes one per message, and a
+profile of SEARCH over 30,000 messages spent half its time in ``json.loads``, so it became a
+struct (about 30 times faster to decode).  JSON records still decode.
 
 A row without ``m:s`` is still being written (or was left by a crash) and is invisible.
 ``f:v`` holds the flags: the 8-byte MODSEQ of their last change, then the flag names separated by
@@ -16,10 +21,13 @@ spaces.  Flag names are IMAP atoms, so they contain no space.
 from __future__ import annotations
 
 import json
+import struct
 from dataclasses import dataclass, field
 
 COMMITTED, MOVING, DELETING, ABANDONED = b"C", b"M", b"D", b"X"
 VISIBLE_STATES = (COMMITTED, MOVING)
+_VERSION = b"\x01"
+_LAYOUT = struct.Struct("<16sqdqqqqq")  # content, size, date, modseq, uid, header, lines, chunk
 
 
 @dataclass
@@ -36,14 +44,17 @@ class MessageRecord:
     chunk_size: int = 0
 
     def encode(self, state: bytes = COMMITTED) -> bytes:
-        body = {"uid": self.uid, "c": self.content.hex(), "size": self.size,
-                "date": self.internal_date, "ms": self.modseq, "hs": self.header_size,
-                "ln": self.lines, "cs": self.chunk_size}
-        return state + json.dumps(body, separators=(",", ":")).encode()
+        return state + _VERSION + _LAYOUT.pack(
+            self.content, self.size, float(self.internal_date), self.modseq, self.uid,
+            self.header_size, self.lines, self.chunk_size)
 
     @classmethod
     def decode(cls, raw: bytes) -> MessageRecord:
-        body = json.loads(raw[1:])
+        if raw[1:2] == _VERSION:
+            content, size, date, modseq, uid, header_size, lines, chunk_size = \
+                _LAYOUT.unpack_from(raw, 2)
+            return cls(uid, content, size, date, modseq, header_size, lines, chunk_size)
+        body = json.loads(raw[1:])  # the first, JSON, layout
         return cls(uid=body["uid"], content=bytes.fromhex(body["c"]), size=body["size"],
                    internal_date=body["date"], modseq=body["ms"], header_size=body.get("hs", 0),
                    lines=body.get("ln", 0), chunk_size=body.get("cs", 0))

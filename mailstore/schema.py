@@ -52,8 +52,9 @@ MESSAGES = TableDef(
     purpose="One row per message in a mailbox, sorted newest first within the mailbox.",
     row_key="16-byte mailbox UUID + 8-byte big-endian (2**63 - 1 - uid)",
     families={
-        "m": "metadata, written once: s (commit record: JSON with uid data, written last by "
-             "check-and-put; b'X' marks an abandoned UID, b'D' a message being expunged), "
+        "m": "metadata, written once: s (commit record: state byte + packed uid, size, date, "
+             "MODSEQ, content id; written last by check-and-put; b'X' marks an abandoned UID, "
+             "b'D' a message being expunged), "
              "env (ENVELOPE), bs (BODYSTRUCTURE), hdr (raw header block)",
         "f": "flags, changed by check-and-put on one cell: v = 8-byte MODSEQ + flag names",
     },
