@@ -13,6 +13,7 @@ import os
 import re
 import socket
 import struct
+import threading
 import time
 
 import pytest
@@ -239,6 +240,40 @@ def test_many_literals_in_one_command_do_not_grow_memory(server, client):
     assert re.fullmatch(rb"a1 OK \[APPENDUID \d+ 1:%d\] APPEND completed" % count, last)
     assert vm_kib(pid, "VmHWM") - before < 10 * 1024
     assert status(client, "Many") == count
+
+
+def test_pipelining_behind_a_slow_command_is_bounded(tmp_path):
+    """Bounded memory (RFC 3501 5.5 lets clients pipeline): 400,000 commands sent behind a
+    failed LOGIN, which waits ``auth_failure_delay``, are not all parsed and queued at once --
+    the server stops reading while the queue is full -- and the connection's end leaves the
+    server serving."""
+    with start_server(tmp_path, auth_failure_delay=3) as proc:
+        pid = proc.proc.pid
+        warm = Client(proc.port)
+        login(warm)  # the password hash (scrypt) alone takes 16 MB: count it before
+        warm.close()
+        before = vm_kib(pid, "VmHWM")
+        c = Client(proc.port)
+        flood = b"x LOGIN alice wrong\r\n" + b"n NOOP\r\n" * 400_000
+
+        def send():
+            try:
+                c.sock.sendall(flood)
+            except OSError:
+                pass  # closed below while the server was not reading
+        sender = threading.Thread(target=send)
+        sender.start()
+        c.sock.settimeout(20)
+        assert c.read_line() == b"x NO [AUTHENTICATIONFAILED] Authentication failed"
+        assert vm_kib(pid, "VmHWM") - before < 10 * 1024
+        vanish(c)
+        sender.join(20)
+        fresh = Client(proc.port)
+        try:
+            login(fresh)
+            assert fresh.cmd("a", "NOOP") == [b"a OK NOOP completed"]
+        finally:
+            fresh.close()
 
 
 # -- connections ---------------------------------------------------------------------------------

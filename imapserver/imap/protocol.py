@@ -12,7 +12,10 @@ answered with BAD (tagged, when the line began with a tag) and skipped.
 Running: commands are parsed as soon as they arrive (clients pipeline), queued, and executed
 strictly one after another: a command's Deferred runs to completion before the next starts, so
 responses never interleave and state changes (SELECT, LOGOUT) apply in order.  Store calls run
-in the reactor's thread pool.  All responses of a command are written in one call.
+in the reactor's thread pool.  All responses of a command are written in one call.  At most
+``MAX_QUEUED`` commands wait behind the running one; beyond that the connection is not read
+until the queue has drained to half, so a client pipelining without end behind a slow command
+(a failed LOGIN waits seconds) cannot grow the process.
 
 A line consumer (IDLE's DONE, AUTHENTICATE's SASL responses) takes whole lines instead of the
 command parser while it is set.
@@ -41,6 +44,8 @@ from .context import Bad, CommandContext, No, dispatch
 CRLF = b"\r\n"
 SPOOL_ABOVE = 1024 * 1024
 """Literal octets one command may hold in memory; beyond this they go to temporary files."""
+MAX_QUEUED = 100
+"""Commands parsed ahead of the running one before the connection stops being read."""
 
 
 log = Logger("imap")
@@ -58,6 +63,7 @@ class IMAPServerProtocol(protocol.Protocol):
         self._discard_literal = False
         self._skipping_line = False
         self._skipped_tag = b"*"
+        self._input_paused = False
         self._held = 0  # octets of the current command's literals held in memory
         self._queue: deque = deque()
         self._running = False
@@ -154,7 +160,7 @@ class IMAPServerProtocol(protocol.Protocol):
 
     def _consume(self) -> None:
         max_line = self.cfg["imap"]["max_line_length"]
-        while self._buffer and not self.logged_out:
+        while self._buffer and not self.logged_out and not self._input_paused:
             if self._literal_left:
                 take = min(self._literal_left, len(self._buffer))
                 if not self._discard_literal:
@@ -275,6 +281,9 @@ class IMAPServerProtocol(protocol.Protocol):
             self._reject_line(b"*", "Empty command line")
             return
         self._queue.append(tokens)
+        if len(self._queue) >= MAX_QUEUED and not self._input_paused:
+            self._input_paused = True  # _consume stops; the rest stays in the buffer
+            self.transport.pauseProducing()
         if not self._running:
             self._run_next()
 
@@ -294,6 +303,16 @@ class IMAPServerProtocol(protocol.Protocol):
         self._running = False
         if not self.closed:
             self._run_next()
+            self._resume_input()
+
+    def _resume_input(self) -> None:
+        """Read again once the queue has drained to half (see MAX_QUEUED)."""
+        if not self._input_paused or self.closed or len(self._queue) >= MAX_QUEUED // 2:
+            return
+        self._input_paused = False
+        self.transport.resumeProducing()
+        if self._buffer:
+            self.dataReceived(b"")  # what was left unparsed when reading stopped
 
     @defer.inlineCallbacks
     def _execute(self, tokens: list):
