@@ -10,17 +10,17 @@ from __future__ import annotations
 import functools
 import io
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 from . import keys, names
 from .backends import open_backend
-from .backends.base import Backend, Mutation
+from .backends.base import Backend, Mutation, decode_counter
 from .content import DEFAULT_CHUNK, ContentStore
 from .errors import AlreadyExists, InvalidName, NotFound, OverQuota, TooLarge
-from .mailboxes import DEFAULT_FOLDERS, Mailbox, Mailboxes
-from .messages import SUMMARY, Messages, MessageView, StoredContent
-from .records import COMMITTED, DELETING, MOVING, MessageRecord, state_of
+from .mailboxes import COUNT, DEFAULT_FOLDERS, MODSEQ, VISIBLE, Mailbox, Mailboxes
+from .messages import FLAGS, STATE, SUMMARY, Messages, MessageView, StoredContent
+from .records import COMMITTED, DELETING, MOVING, VISIBLE_STATES, Flags, MessageRecord, state_of
 from .schema import create_schema
 from .transfers import Transfers
 from .users import User, Users, check_quota
@@ -271,6 +271,31 @@ class MailStore:
 
     def uids(self, mailbox: Mailbox) -> list[int]:
         return self.messages.uids(mailbox.id)
+
+    def scan(self, mailbox: Mailbox, low_uid: int = 1, high_uid: int | None = None,
+             columns: list[bytes] | None = SUMMARY) -> Iterator[MessageView]:
+        """Visible messages with UIDs in [low_uid, high_uid], ascending: one bounded scan
+        (cheaper than ``fetch`` by UID list when most of a range is wanted)."""
+        return self.messages.scan(mailbox.id, low_uid, high_uid, columns, batch_size=5000)
+
+    def uid_flags(self, mailbox: Mailbox, high_uid: int) -> Iterator[tuple[int, Flags]]:
+        """(UID, flags) of every visible message up to ``high_uid``, ascending, decoding
+        nothing else: what an IMAP SELECT needs for sequence numbers and UNSEEN."""
+        if high_uid < 1:
+            return
+        start, stop = keys.message_range(mailbox.id, 1, high_uid)
+        rows = self.messages.table.scan(start=start, stop=stop, columns=[STATE, FLAGS],
+                                        reverse=True, batch_size=5000)
+        for key, row in rows:
+            if row.get(STATE, b"")[:1] in VISIBLE_STATES:
+                yield keys.message_key_uid(key), Flags.decode(row.get(FLAGS))
+
+    def change_marks(self, mailbox_ids: Sequence[bytes]) -> dict[bytes, tuple[int, int, int]]:
+        """(highest MODSEQ, UID watermark, message count) of each mailbox, in one round trip:
+        every change to a mailbox moves the first or the second (docs/decisions/0007)."""
+        rows = self.mailboxes.rows.rows(list(mailbox_ids), [MODSEQ, VISIBLE, COUNT])
+        return {mid: (decode_counter(r.get(MODSEQ)), decode_counter(r.get(VISIBLE)),
+                      decode_counter(r.get(COUNT))) for mid, r in rows}
 
     def newest(self, mailbox: Mailbox, count: int = 25) -> list[MessageView]:
         return self.messages.newest(mailbox.id, count)

@@ -308,3 +308,18 @@ def test_imaplib_round_trip(server):
         assert fetched[0][1] == data
         assert b"\\Flagged" in fetched[0][0]
         imap.logout()
+
+
+def test_reselecting_an_unchanged_mailbox_matches_a_fresh_read(server, client):
+    """A second SELECT may reuse the process's snapshot only while nothing changed (6.3.1)."""
+    login(client)
+    fresh_mailbox(client, "Snap")
+    for i in range(3):
+        append(client, "Snap", message(i), "(\\Seen)" if i == 0 else "")
+    first = client.cmd("s1", "SELECT Snap")
+    second = client.cmd("s2", "SELECT Snap")
+    assert first[:-1] == second[:-1]
+    client.cmd("s3", "STORE 2 +FLAGS (\\Seen $Later)")
+    third = client.cmd("s4", "SELECT Snap")
+    assert b"* OK [UNSEEN 3] First unseen" in third
+    assert any(b"$Later" in line for line in third if line.startswith(b"* FLAGS"))

@@ -14,8 +14,6 @@ from __future__ import annotations
 from twisted.internet import task, threads
 from twisted.python import log
 
-from mailstore.mailboxes import MODSEQ, VISIBLE
-
 POLL_INTERVAL = 0.25
 
 
@@ -57,9 +55,8 @@ class Watchers:
             return None
         self._polling = True
         ids = list(self.by_mailbox)
-        rows = self.server.store.mailboxes.rows
         d = threads.deferToThreadPool(self.server.reactor, self.server.threadpool,
-                                      rows.rows, ids, [MODSEQ, VISIBLE])
+                                      self.server.store.change_marks, ids)
         d.addCallback(self._compare)
         d.addErrback(log.err, "IDLE poll failed")
         d.addBoth(self._done)
@@ -69,8 +66,8 @@ class Watchers:
         self._polling = False
 
     def _compare(self, found) -> None:
-        for mailbox_id, cells in found:
-            marks = (cells.get(MODSEQ, b""), cells.get(VISIBLE, b""))
+        for mailbox_id, (modseq, visible, _count) in found.items():
+            marks = (modseq, visible)
             if self.seen.get(mailbox_id) == marks:
                 continue
             self.seen[mailbox_id] = marks

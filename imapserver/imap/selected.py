@@ -17,13 +17,13 @@ of the mailbox once and diffs: EXPUNGE for UIDs gone, FETCH FLAGS for flags chan
 from __future__ import annotations
 
 import bisect
+import threading
 from array import array
+from collections import OrderedDict
 from dataclasses import dataclass, field
 
-from mailstore import keys
-from mailstore.mailboxes import COUNT, MODSEQ, VISIBLE, Mailbox
-from mailstore.messages import FLAGS, STATE
-from mailstore.records import VISIBLE_STATES, Flags
+from mailstore.mailboxes import Mailbox
+from mailstore.messages import FLAGS
 from mailstore.store import MailStore
 
 
@@ -41,11 +41,43 @@ class Changes:
         return bool(self.expunged_seqs or self.exists is not None or self.flags)
 
 
+class Snapshots:
+    """What SELECT last read of recently selected mailboxes, per process.
+
+    A snapshot is reused only while the mailbox's MODSEQ and UID watermark are exactly what they
+    were when it was read, so it can never show a stale view; it only spares a second SELECT of
+    an unchanged mailbox (a client reconnecting, several sessions of one user) the scan of
+    every UID.  At most ``size`` mailboxes are kept, least recently used dropped first.
+    """
+
+    def __init__(self, size: int = 64):
+        self.size = size
+        self.entries: OrderedDict[bytes, tuple] = OrderedDict()
+        self.lock = threading.Lock()
+
+    def get(self, mailbox_id: bytes, modseq: int, visible: int):
+        with self.lock:
+            entry = self.entries.get(mailbox_id)
+            if entry is None or entry[0] != (modseq, visible):
+                return None
+            self.entries.move_to_end(mailbox_id)
+            return entry[1]
+
+    def put(self, mailbox_id: bytes, modseq: int, visible: int, data: tuple) -> None:
+        with self.lock:
+            self.entries[mailbox_id] = ((modseq, visible), data)
+            self.entries.move_to_end(mailbox_id)
+            while len(self.entries) > self.size:
+                self.entries.popitem(last=False)
+
+
 class SelectedMailbox:
     """A session's view of one mailbox.  Methods that touch the store run in a thread."""
 
-    def __init__(self, store: MailStore, mailbox: Mailbox, readonly: bool):
+    def __init__(self, store: MailStore, mailbox: Mailbox, readonly: bool,
+                 snapshots: Snapshots | None = None):
         self.store = store
+        self.snapshots = snapshots
         self.mailbox = mailbox
         self.readonly = readonly
         self.uids = array("q")
@@ -65,9 +97,18 @@ class SelectedMailbox:
     def load(self) -> None:
         """Read UIDs and flags once (SELECT): one bounded scan of the small commit and flag
         cells, decoding only the state byte and the flags (no per-message JSON)."""
-        counters = self.store.mailboxes.counters(self.mailbox.id)
-        self.known_modseq = counters[MODSEQ]
-        self.known_visible = counters[VISIBLE]
+        marks = self.store.change_marks([self.mailbox.id]).get(self.mailbox.id, (0, 0, 0))
+        self.known_modseq, self.known_visible, _count = marks
+        # \Recent (RFC 3501 2.3.2) is approximated per session: messages that arrive while this
+        # session has the mailbox selected are recent to it.  No session "owns" older mail.
+        self.recent = set()
+        if self.snapshots is not None:
+            cached = self.snapshots.get(self.mailbox.id, self.known_modseq, self.known_visible)
+            if cached is not None:
+                uids, self.first_unseen, self.unseen_count, keywords = cached
+                self.uids = array("q", uids)
+                self.keywords = set(keywords)
+                return
         uids = array("q")
         first_unseen = None
         unseen = 0
@@ -85,21 +126,13 @@ class SelectedMailbox:
         self.first_unseen = first_unseen
         self.unseen_count = unseen
         self.keywords = keywords
-        # \Recent (RFC 3501 2.3.2) is approximated per session: messages that arrive while this
-        # session has the mailbox selected are recent to it.  No session "owns" older mail.
-        self.recent = set()
+        if self.snapshots is not None:
+            self.snapshots.put(self.mailbox.id, self.known_modseq, self.known_visible,
+                               (array("q", uids), first_unseen, unseen, frozenset(keywords)))
 
     def _scan_flags(self, visible: int):
-        """(uid, flag names) of every visible message up to ``visible``, ascending."""
-        if visible < 1:
-            return
-        start, stop = keys.message_range(self.mailbox.id, 1, visible)
-        rows = self.store.messages.table.scan(start=start, stop=stop, columns=[STATE, FLAGS],
-                                              reverse=True, batch_size=5000)
-        for key, row in rows:
-            if row.get(STATE, b"")[:1] in VISIBLE_STATES:
-                yield (keys.MAX_UID - int.from_bytes(key[16:24], "big"),
-                       Flags.decode(row.get(FLAGS)))
+        """(uid, Flags) of every visible message up to ``visible``, ascending."""
+        return self.store.uid_flags(self.mailbox, visible)
 
     # -- sequence numbers --------------------------------------------------------------------
 
@@ -115,18 +148,15 @@ class SelectedMailbox:
 
     def refresh(self) -> Changes:
         """Learn what changed since the last look; apply it to the sequence numbers."""
-        row = self.store.mailboxes.rows.row(self.mailbox.id, [MODSEQ, VISIBLE, COUNT])
-        from mailstore.backends.base import decode_counter
-        modseq = decode_counter(row.get(MODSEQ))
-        visible = decode_counter(row.get(VISIBLE))
-        count = decode_counter(row.get(COUNT))
+        marks = self.store.change_marks([self.mailbox.id]).get(self.mailbox.id, (0, 0, 0))
+        modseq, visible, count = marks
         changes = Changes()
         if modseq == self.known_modseq and visible == self.known_visible:
             return changes
         new = []
         if visible > self.known_visible:
-            new = list(self.store.messages.scan(self.mailbox.id, low_uid=self.known_visible + 1,
-                                                high_uid=visible, columns=[STATE, FLAGS]))
+            new = list(self.store.scan(self.mailbox, low_uid=self.known_visible + 1,
+                                       high_uid=visible, columns=[FLAGS]))
         own = sum(1 for m in self.own_flags.values() if m > self.known_modseq) + self.own_bumps
         # Nothing but new messages and this session's own changes happened: every MODSEQ
         # since the last look is accounted for, so no rescan is needed.

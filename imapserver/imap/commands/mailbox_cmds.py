@@ -30,9 +30,9 @@ SYSTEM_FLAGS = ("\\Answered", "\\Flagged", "\\Deleted", "\\Seen", "\\Draft")
 STATUS_ITEMS = ("MESSAGES", "RECENT", "UIDNEXT", "UIDVALIDITY", "UNSEEN")
 
 
-def _open(store, user: str, name: str, readonly: bool) -> SelectedMailbox:
+def _open(store, user: str, name: str, readonly: bool, snapshots) -> SelectedMailbox:
     mailbox = store.mailbox(user, name)
-    selected = SelectedMailbox(store, mailbox, readonly)
+    selected = SelectedMailbox(store, mailbox, readonly, snapshots)
     selected.load()
     return selected
 
@@ -44,7 +44,8 @@ def _select(ctx, readonly: bool):
     # RFC 3501 6.3.1: a failed SELECT leaves no mailbox selected.
     ctx.server.watchers.unwatch(ctx.session)
     ctx.session.selected = None
-    selected = yield ctx.call(_open, ctx.store, ctx.session.user, name, readonly)
+    selected = yield ctx.call(_open, ctx.store, ctx.session.user, name, readonly,
+                              ctx.server.snapshots)
     ctx.session.selected = selected
     keywords = sorted(selected.keywords) if hasattr(selected, "keywords") else []
     flags = " ".join(list(SYSTEM_FLAGS) + keywords)
