@@ -217,3 +217,17 @@ def test_tables_align_numbers_right():
     rows = [{"name": "INBOX", "n": 5}, {"name": "Archive/2020", "n": 12345}]
     assert table(rows, [Column("name"), Column("n")]).splitlines() == [
         "NAME              N", "INBOX             5", "Archive/2020  12345"]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.binary(max_size=12).map(lambda b: b.translate(bytes.maketrans(
+    b"\x00\x01\x02", b"\r\n\r"))), max_size=8))
+def test_spool_crlf_is_bare_lf_made_crlf_however_the_bytes_arrive(pieces):
+    import re
+    spool = Spool(crlf=True)
+    for piece in pieces:
+        spool.write(piece)
+    spool.finish()
+    whole = b"".join(pieces)
+    assert spool.source() == re.sub(rb"(?<!\r)\n", b"\r\n", whole)
+    assert spool.size == len(spool.source())
