@@ -62,6 +62,7 @@ SCHEMA: dict[str, dict[str, Key]] = {
         "plaintext_auth": Key(_choice("yes", "no", "loopback"), "loopback"),
         "max_line_length": Key(int, 65536),
         "max_literal_size": Key(int, 64 * 1024 * 1024),
+        "max_command_size": Key(int, 1024 * 1024 * 1024),
         "max_connections": Key(int, 5000),
         "max_connections_per_user": Key(int, 50),
         "idle_timeout": Key(int, 1800),

@@ -546,3 +546,35 @@ def test_uid_sets_with_gaps(server, client):
     # The bodies are the ones appended under those UIDs.
     lines = client.cmd("l", "UID FETCH 571 (BODY.PEEK[HEADER.FIELDS (MESSAGE-ID)])")
     assert b"Message-ID: <m570@test>" in lines[0]
+
+
+def test_a_client_that_does_not_read_cannot_grow_server_memory(tmp_path):
+    """Responses are produced only as fast as the client reads them: 12 pipelined
+    FETCH 1:* BODY.PEEK[] of 30 x 200 KB (72 MB of responses) left unread for a while."""
+    with start_server(tmp_path) as proc:
+        writer = Client(proc.port)
+        login(writer)
+        fresh_mailbox(writer, "Big")
+        for i in range(30):
+            append(writer, "Big", message(i, size=200_000))
+        writer.close()
+        pid = proc.proc.pid
+        reader = Client(proc.port)
+        login(reader)
+        reader.cmd("s", "SELECT Big")
+        before = vm_kib(pid, "VmRSS")
+        reader.send(b"".join(b"f%d FETCH 1:* BODY.PEEK[]\r\n" % i for i in range(12)))
+        peak = before
+        for _ in range(40):  # two seconds of the client not reading
+            time.sleep(0.05)
+            peak = max(peak, vm_kib(pid, "VmRSS"))
+        assert peak - before < 30 * 1024, f"RSS grew by {(peak - before) // 1024} MiB"
+        # Reading resumes the stream: every response arrives, the last one last.
+        reader.sock.settimeout(60)
+        received = bytearray(reader.buffer)
+        while not received.endswith(b"f11 OK FETCH completed\r\n"):
+            chunk = reader.sock.recv(1 << 20)
+            assert chunk, "connection closed early"
+            received += chunk
+        assert received.count(b" FETCH (BODY[] {") == 12 * 30
+        reader.close()

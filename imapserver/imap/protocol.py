@@ -28,6 +28,8 @@ import time
 from collections import deque
 
 from twisted.internet import defer, protocol
+from twisted.internet.interfaces import IPushProducer
+from zope.interface import implementer
 
 from ..observe import (
     COMMAND_SECONDS,
@@ -64,7 +66,10 @@ class IMAPServerProtocol(protocol.Protocol):
         self._skipping_line = False
         self._skipped_tag = b"*"
         self._input_paused = False
+        self._output_paused = False
+        self._writable_waiters: list[defer.Deferred] = []
         self._held = 0  # octets of the current command's literals held in memory
+        self._command_octets = 0  # all literal octets of the command being received
         self._queue: deque = deque()
         self._running = False
         self.line_consumer = None
@@ -75,6 +80,11 @@ class IMAPServerProtocol(protocol.Protocol):
     # -- connection -------------------------------------------------------------------------
 
     def connectionMade(self) -> None:
+        # The transport tells this producer when its write buffer is full; then no new command
+        # starts (and FETCH waits between batches) until the client has read its responses.
+        # Commands then queue up, and past MAX_QUEUED the connection stops being read: memory
+        # stays bounded whatever the client does or fails to read.
+        self.transport.registerProducer(_OutputGate(self), True)
         self.opened_at = time.monotonic()
         self.remote = getattr(self.transport.getPeer(), "host", "?")
         self.commands = 0
@@ -205,6 +215,7 @@ class IMAPServerProtocol(protocol.Protocol):
             self._segments.append(line)
             segments, self._segments = self._segments, []
             self._held = 0
+            self._command_octets = 0
             if self._discard_literal:
                 self._discard_literal = False
                 return  # the command was already refused when its literal was
@@ -213,9 +224,13 @@ class IMAPServerProtocol(protocol.Protocol):
         size, sync, _binary = literal
         self._segments.append(line)
         limit = self.cfg["imap"]["max_literal_size"]
-        if size > limit:
+        total_limit = self.cfg["imap"]["max_command_size"]
+        self._command_octets += size
+        if size > limit or self._command_octets > total_limit:
             tag = self._segments[0].split(b" ", 1)[0]
-            self.write_lines([tag + b" NO [TOOBIG] Literal larger than %d octets" % limit])
+            what = (b"Literal larger than %d octets" % limit if size > limit else
+                    b"Command literals larger than %d octets in all" % total_limit)
+            self.write_lines([tag + b" NO [TOOBIG] " + what])
             if sync:
                 # The client will not send it; forget the command.
                 self._forget_command()
@@ -253,6 +268,7 @@ class IMAPServerProtocol(protocol.Protocol):
                 segment.close()
         self._segments = []
         self._held = 0
+        self._command_octets = 0
         self._discard_literal = False
 
     def discard_pending_input(self) -> None:
@@ -287,9 +303,25 @@ class IMAPServerProtocol(protocol.Protocol):
         if not self._running:
             self._run_next()
 
+    def wait_writable(self) -> defer.Deferred:
+        """A Deferred that fires once the client has read enough of what was written."""
+        if not self._output_paused or self.closed:
+            return defer.succeed(None)
+        d = defer.Deferred()
+        self._writable_waiters.append(d)
+        return d
+
+    def _output_resumed(self) -> None:
+        waiters, self._writable_waiters = self._writable_waiters, []
+        for d in waiters:
+            d.callback(None)
+        if not self._running and not self.closed:
+            self._run_next()
+            self._resume_input()
+
     def _run_next(self) -> None:
         while self._queue and not self.closed and not self.logged_out \
-                and not self.server.stopping:
+                and not self.server.stopping and not self._output_paused:
             tokens = self._queue.popleft()
             self._running = True
             d = defer.maybeDeferred(self._execute, tokens)
@@ -349,6 +381,24 @@ class IMAPServerProtocol(protocol.Protocol):
         COMMANDS.labels(label, outcome).inc()
         if label != "IDLE":  # IDLE lasts as long as the client wants; not a latency
             COMMAND_SECONDS.labels(label).observe(time.perf_counter() - started)
+
+
+@implementer(IPushProducer)
+class _OutputGate:
+    """The connection as the producer of its responses (see connectionMade)."""
+
+    def __init__(self, conn):
+        self.conn = conn
+
+    def pauseProducing(self) -> None:
+        self.conn._output_paused = True
+
+    def resumeProducing(self) -> None:
+        self.conn._output_paused = False
+        self.conn._output_resumed()
+
+    def stopProducing(self) -> None:
+        self.resumeProducing()
 
 
 class _Bytes:

@@ -13,8 +13,6 @@ as the socket drains, so serving a 50 MB message holds a few chunks, not 50 MB.
 from __future__ import annotations
 
 from twisted.internet import defer
-from twisted.internet.interfaces import IPushProducer
-from zope.interface import implementer
 
 from mailstore.messages import BODY, ENVELOPE, HEADER, SUMMARY
 
@@ -28,6 +26,9 @@ from .common import flags_list
 from .message_cmds import resolve as resolve_set
 
 BATCH = 200
+CONTENT_BATCH = 16
+"""Messages per batch when message octets are fetched: a batch's responses are built in
+memory (sections over STREAM_ABOVE excepted), so this bounds it to ~16 MiB."""
 STREAM_ABOVE = 1024 * 1024
 
 
@@ -37,33 +38,6 @@ class Stream:
     def __init__(self, count: int, chunks):
         self.count = count
         self.chunks = chunks
-
-
-@implementer(IPushProducer)
-class _Throttle:
-    """Waits for the transport to drain while a large literal is streamed."""
-
-    def __init__(self):
-        self.paused = False
-        self.waiting: defer.Deferred | None = None
-
-    def pauseProducing(self):
-        self.paused = True
-
-    def resumeProducing(self):
-        self.paused = False
-        if self.waiting is not None:
-            d, self.waiting = self.waiting, None
-            d.callback(None)
-
-    def stopProducing(self):
-        self.resumeProducing()
-
-    def wait(self) -> defer.Deferred:
-        if not self.paused:
-            return defer.succeed(None)
-        self.waiting = defer.Deferred()
-        return self.waiting
 
 
 def _columns(needs: set[str]) -> list[bytes]:
@@ -159,8 +133,9 @@ def fetch_command(ctx, uid_mode: bool):
         needs |= item.needs
     set_seen = any(i.sets_seen for i in items) and not selected.readonly
     columns = _columns(needs)
-    for start in range(0, len(uids), BATCH):
-        batch = uids[start:start + BATCH]
+    step = CONTENT_BATCH if CONTENT in needs else BATCH
+    for start in range(0, len(uids), step):
+        batch = uids[start:start + step]
         responses = yield ctx.call(_render_batch, ctx.store, selected.mailbox, batch, columns,
                                    items, set_seen, selected.seq_of, selected.note_own_flags)
         for seq, parts in responses:
@@ -170,13 +145,12 @@ def fetch_command(ctx, uid_mode: bool):
             ctx.flush()
             yield _stream(ctx, seq, parts)
         ctx.flush()
+        yield ctx.conn.wait_writable()  # the client reads a batch before the next is built
 
 
 @defer.inlineCallbacks
 def _stream(ctx, seq: int, parts: list):
     conn = ctx.conn
-    throttle = _Throttle()
-    conn.transport.registerProducer(throttle, True)
     try:
         pending = [b"* %d FETCH (" % seq]
         for i, part in enumerate(parts):
@@ -196,7 +170,7 @@ def _stream(ctx, seq: int, parts: list):
                     return
                 conn.write_raw([chunk])
                 sent += len(chunk)
-                yield throttle.wait()
+                yield conn.wait_writable()
         pending.append(b")\r\n")
         conn.write_raw(pending)
     except Exception:
@@ -205,8 +179,6 @@ def _stream(ctx, seq: int, parts: list):
         conn.write_raw([])
         conn.transport.loseConnection()
         raise
-    finally:
-        conn.transport.unregisterProducer()
 
 
 @command("FETCH", SELECTED)
