@@ -13,6 +13,7 @@ import selectors
 import socket
 import subprocess
 import sys
+import threading
 import time
 
 from mailstore.backends.embedded import EmbeddedBackend
@@ -65,7 +66,36 @@ class ServerProcess:
                 if m:
                     self.ports[m.group(1)] = int(m.group(3))
         sel.close()
+        # Keep draining the server's output: it logs a few lines per connection, and a full
+        # pipe would block the server.  What it writes stays readable via wait_output().
+        self.captured = bytearray(buffer)
+        self._captured_lock = threading.Lock()
+        self._drain = threading.Thread(target=self._drain_output, args=(self.proc.stdout,),
+                                       daemon=True)
+        self._drain.start()
         return self
+
+    def _drain_output(self, stream) -> None:
+        fd = stream.fileno()
+        while True:
+            try:
+                chunk = os.read(fd, 65536)
+            except OSError:
+                return
+            if not chunk:
+                return
+            with self._captured_lock:
+                self.captured += chunk
+
+    def wait_output(self, pattern: bytes, timeout: float = 5.0) -> bytes:
+        """The server's output once ``pattern`` (a regex) appears in it (or the timeout)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            with self._captured_lock:
+                seen = bytes(self.captured)
+            if re.search(pattern, seen) or time.monotonic() > deadline:
+                return seen
+            time.sleep(0.02)
 
     @property
     def port(self) -> int:
@@ -81,6 +111,9 @@ class ServerProcess:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
+        drain = getattr(self, "_drain", None)
+        if drain is not None:
+            drain.join(timeout=10)
         self.proc.stdout.close()
         code = self.proc.returncode
         self.proc = None

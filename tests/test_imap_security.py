@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import base64
 import re
-import selectors
 import ssl
 import time
 
@@ -81,21 +80,8 @@ def capabilities(c: Client) -> list[bytes]:
 
 
 def read_output(proc: ServerProcess, pattern: bytes, timeout: float = 5.0) -> bytes:
-    """Server output (stdout and stderr) read until ``pattern`` appears; what was read."""
-    sel = selectors.DefaultSelector()
-    sel.register(proc.proc.stdout, selectors.EVENT_READ)
-    seen = b""
-    deadline = time.monotonic() + timeout
-    try:
-        while re.search(pattern, seen) is None and time.monotonic() < deadline:
-            if sel.select(timeout=0.1):
-                chunk = proc.proc.stdout.read1(65536)
-                if not chunk:
-                    break
-                seen += chunk
-    finally:
-        sel.close()
-    return seen
+    """Server output (stdout and stderr) once ``pattern`` appears in it."""
+    return proc.wait_output(pattern, timeout)
 
 
 # -- plaintext policy and TLS ----------------------------------------------------------------
