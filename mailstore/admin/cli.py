@@ -51,10 +51,11 @@ def build_parser() -> argparse.ArgumentParser:
                                      "operation failed, 2 bad usage.")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     common = _common(True)
-    store_cmd.register(sub, common)
+    # In the order --help lists them: what administrators do most first, raw access last.
     users_cmd.register(sub, common)
     mailbox_cmd.register(sub, common)
     transfer.register(sub, common)
+    store_cmd.register(sub, common)
     return parser
 
 
