@@ -21,7 +21,7 @@ from .errors import AlreadyExists, InvalidName, NotFound, OverQuota, TooLarge
 from .mailboxes import COUNT, DEFAULT_FOLDERS, MODSEQ, VISIBLE, Mailbox, Mailboxes
 from .messages import FLAGS, STATE, SUMMARY, Messages, MessageView, StoredContent
 from .records import COMMITTED, DELETING, MOVING, VISIBLE_STATES, Flags, MessageRecord, state_of
-from .schema import create_schema
+from .schema import IMPORTS, create_schema
 from .transfers import Transfers
 from .users import User, Users, check_quota
 
@@ -135,6 +135,7 @@ class MailStore:
     def create_mailbox(self, user: str, name: str, special_use: str | None = None) -> Mailbox:
         """Create ``name`` (RFC 3501 6.3.3); missing parents are created too."""
         name = names.normalize_mailbox(name)
+        self.users.get(user)  # NotFound for an unknown user: no mailbox rows without an owner
         for parent in names.parent_names(name):
             try:
                 self.mailboxes.create(user, parent)
@@ -189,7 +190,17 @@ class MailStore:
         purge_mailbox_messages(self, mailbox)
         for key, _op, _at in self.transfers.pending(mailbox.id):
             self.transfers.intents.delete(key)
+        self._drop_import_records(mailbox.id)
         self.mailboxes.remove_row(mailbox.id)
+
+    def _drop_import_records(self, mailbox_id: bytes) -> None:
+        """Forget what was imported into a mailbox (one bounded prefix scan)."""
+        table = self.backend.table(IMPORTS.name)
+        while True:
+            keys_ = [k for k, _ in table.scan(prefix=mailbox_id, limit=500, columns=[b"i"])]
+            if not keys_:
+                return
+            table.mutate_rows([Mutation(k, delete_row=True) for k in keys_])
 
     @durable
     def subscribe(self, user: str, name: str) -> None:

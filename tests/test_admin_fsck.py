@@ -127,6 +127,16 @@ def test_import_records_of_a_deleted_mailbox_are_cleared(data_dir, tmp_path):
         b"\r\n", b"\n") + b"\n" for n in range(3)))
     assert run("import", "dan", str(mbox), "--mailbox", "Old", data_dir=data_dir).returncode == 0
     assert run("mailbox", "delete", "dan", "Old", "--yes", data_dir=data_dir).returncode == 0
+    # Deleting the mailbox took its import records along.
+    assert fsck(data_dir)[0] == 0
+    # Records left behind anyway (a crash in the middle of a deletion) are found and cleared.
+    from mailstore import keys
+    from mailstore.backends.embedded import EmbeddedBackend
+    backend = EmbeddedBackend(data_dir)
+    records = backend.table("JAMES_IMPORTS")
+    for n in range(3):
+        records.put(keys.import_key(b"\x42" * 16, bytes([n]) * 32), {b"i:uid": b"\x00" * 8})
+    backend.close()
     status, report = fsck(data_dir)
     assert status == 1
     (problem,) = report["problems"]

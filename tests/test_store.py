@@ -266,3 +266,15 @@ def test_verified_logins_are_cached_until_the_password_changes(store, alice):
         assert store.authenticate("alice", "new-secret") == "alice"
     finally:
         users_mod.verify_password = real
+
+
+def test_mailboxes_need_an_existing_user_and_take_their_import_records_along(store, alice):
+    with pytest.raises(NotFound):
+        store.create_mailbox("ghost", "Folder")
+    assert store.list_mailboxes("ghost") == []
+    store.create_mailbox(alice, "Imported")
+    mailbox = store.mailbox(alice, "Imported")
+    records = store.backend.table("JAMES_IMPORTS")
+    records.put(keys.import_key(mailbox.id, b"\x01" * 32), {b"i:uid": b"\x00" * 8})
+    store.delete_mailbox(alice, "Imported")
+    assert list(records.scan(prefix=mailbox.id)) == []
