@@ -81,6 +81,19 @@ def prefix_stop(prefix: bytes) -> bytes | None:
     return stripped[:-1] + bytes([stripped[-1] + 1])
 
 
+def scan_bounds(start: bytes | None, stop: bytes | None,
+                prefix: bytes | None) -> tuple[bytes | None, bytes | None]:
+    """A scan's (start, stop), from either ``prefix`` or ``start``/``stop``; every backend
+    refuses unbounded scans the same way (ValueError)."""
+    if prefix is not None:
+        if start is not None or stop is not None:
+            raise ValueError("scan takes either prefix or start/stop, not both")
+        start, stop = prefix, prefix_stop(prefix)
+    if start is None and stop is None:
+        raise ValueError("unbounded scan refused: give start, stop or prefix")
+    return start, stop
+
+
 class Table(abc.ABC):
     """One table of a backend.  Obtained from :meth:`Backend.table`; cheap to hold."""
 

@@ -32,7 +32,7 @@ from .base import (
     Table,
     decode_counter,
     encode_counter,
-    prefix_stop,
+    scan_bounds,
 )
 
 _SYNC_MODES = ("NORMAL", "FULL")
@@ -93,12 +93,7 @@ class EmbeddedTable(Table):
     def scan(self, start: bytes | None = None, stop: bytes | None = None,
              prefix: bytes | None = None, columns: Columns = None, limit: int | None = None,
              reverse: bool = False, batch_size: int = 1000) -> Iterator[tuple[bytes, Row]]:
-        if prefix is not None:
-            if start is not None or stop is not None:
-                raise ValueError("scan takes either prefix or start/stop, not both")
-            start, stop = prefix, prefix_stop(prefix)
-        if start is None and stop is None:
-            raise ValueError("unbounded scan refused: give start, stop or prefix")
+        start, stop = scan_bounds(start, stop, prefix)
         if limit is not None and limit <= 0:
             return
         if columns is not None and len(columns) == 1 and b":" in columns[0] \

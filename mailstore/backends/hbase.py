@@ -51,7 +51,7 @@ from thriftpy2.thrift import TException
 from thriftpy2.transport import TTransportException
 
 from ..errors import BackendUnavailable
-from .base import Backend, Columns, Mutation, Row, Table, prefix_stop
+from .base import Backend, Columns, Mutation, Row, Table, scan_bounds
 
 T = TypeVar("T")
 
@@ -178,12 +178,7 @@ class HBaseTable(Table):
     def scan(self, start: bytes | None = None, stop: bytes | None = None,
              prefix: bytes | None = None, columns: Columns = None, limit: int | None = None,
              reverse: bool = False, batch_size: int = 1000) -> Iterator[tuple[bytes, Row]]:
-        if prefix is not None:
-            if start is not None or stop is not None:
-                raise ValueError("scan takes either prefix or start/stop, not both")
-            start, stop = prefix, prefix_stop(prefix)
-        if start is None and stop is None:
-            raise ValueError("unbounded scan refused: give start, stop or prefix")
+        start, stop = scan_bounds(start, stop, prefix)
         return self._scan(start or b"", stop, _thrift_columns(columns), limit, reverse,
                           max(int(batch_size), 1), columns is not None and not columns)
 
