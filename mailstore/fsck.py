@@ -175,6 +175,14 @@ class Fsck:
         if counters[VISIBLE] < counters[UID]:
             if self.repair:
                 store.messages.advance(mailbox.id, counters[UID])
+                # UIDs given up just now may hold what their dead writer had put: strip it.
+                start, stop = keys.message_range(mailbox.id, counters[VISIBLE] + 1,
+                                                 counters[UID])
+                leftovers = [Mutation(k, deletes=[ENVELOPE, BODY, HEADER, FLAGS])
+                             for k, row in table.scan(start=start, stop=stop)
+                             if row.get(STATE) == ABANDONED and len(row) > 1]
+                if leftovers:
+                    table.mutate_rows(leftovers)
             self.report.add("counter", where, f"watermark {counters[VISIBLE]} behind "
                             f"allocated uid {counters[UID]}", self.repair)
         if not judge_counters:

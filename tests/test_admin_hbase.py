@@ -41,9 +41,7 @@ def session(where: tuple[str, ...], tmp_path, tag: str) -> list[object]:
         admin("fsck"),
         admin("mailbox", "rename", "gus", "Lists", "Archive/Lists"),
         admin("mailbox", "delete", "gus", "Old", "--yes"),
-        admin("fsck", ok=(1,))["problems"][0]["detail"],  # import records of Old
-        admin("fsck", "--repair", ok=(1,))["problems"][0]["repaired"],
-        admin("fsck"),
+        admin("fsck"),  # the deletion took Old's import records along
     ]
     export = tmp_path / f"export-{tag}"
     exported = admin("export", "gus", str(export))

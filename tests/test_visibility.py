@@ -188,3 +188,19 @@ def test_intent_records_are_json_with_the_planned_uids(store, clock):
     inbox = store.mailbox(user, "INBOX")
     key = store.transfers._begin(inbox.id, {"op": "move", "target": "00" * 16, "pairs": [[1, 5]]})
     assert json.loads(store.transfers.intents.row(key)[b"i:op"])["pairs"] == [[1, 5]]
+
+
+def test_fsck_gives_up_a_dead_writers_uid_and_strips_what_it_wrote(store, clock):
+    """A writer killed between its pending put and its commit leaves cells under a UID above
+    the watermark; repair abandons the UID and removes the cells (a second fsck is clean)."""
+    user = store.create_user("u", "pw")
+    store.append(user, "INBOX", message(1))
+    inbox = store.mailbox(user, "INBOX")
+    uid = store.mailboxes.rows.increment(inbox.id, UID, 1)
+    store.messages.table.put(keys.message_key(inbox.id, uid),
+                             {b"m:env": b"{}", b"f:v": (1).to_bytes(8, "big")})
+    report = Fsck(store, repair=True).run()
+    assert any("watermark" in p.detail for p in report.problems)
+    assert store.messages.table.row(keys.message_key(inbox.id, uid)) == {b"m:s": b"X"}
+    assert Fsck(store).run().ok
+    assert store.uids(store.mailbox(user, "INBOX")) == [1]
