@@ -577,6 +577,12 @@ def main() -> None:
         ours.start()
         results["ours"]["idle_mmap"] = measure_idle(ours, users, args.idle)
         log(f"idle on ours (mmap threshold): {results['ours']['idle_mmap']}")
+    except BaseException:
+        ours.stop()
+        dovecot.stop()
+        shutil.rmtree(work, ignore_errors=True)
+        shutil.rmtree(dovecot.dir, ignore_errors=True)
+        raise
     finally:
         ours.stop()
         dovecot.stop()
