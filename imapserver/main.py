@@ -88,6 +88,8 @@ class _MetricsService:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    from .memory import pin_malloc_threshold
+    pin_malloc_threshold()
     try:
         cfg = load_config(args)
         store = open_store(cfg)

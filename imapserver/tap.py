@@ -44,6 +44,8 @@ class ImapService(service.Service):
         super().startService()
         if not hasattr(reactor, "_asyncioEventloop"):
             raise RuntimeError("run twistd with --reactor=asyncio (aiosmtpd shares its loop)")
+        from .memory import pin_malloc_threshold
+        pin_malloc_threshold()
         cfg = load_config(build_parser().parse_args(self.argv))
         self.store = open_store(cfg)
         loop = reactor._asyncioEventloop

@@ -64,6 +64,7 @@ SCHEMA: dict[str, dict[str, Key]] = {
         "max_literal_size": Key(int, 64 * 1024 * 1024),
         "max_command_size": Key(int, 1024 * 1024 * 1024),
         "max_connections": Key(int, 5000),
+        "listen_backlog": Key(int, 1024),
         "max_connections_per_user": Key(int, 50),
         "idle_timeout": Key(int, 1800),
         "auth_failure_delay": Key(float, 2.0),

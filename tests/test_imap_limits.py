@@ -578,3 +578,32 @@ def test_a_client_that_does_not_read_cannot_grow_server_memory(tmp_path):
             received += chunk
         assert received.count(b" FETCH (BODY[] {") == 12 * 30
         reader.close()
+
+
+def test_a_burst_of_logins_does_not_leave_memory_behind(tmp_path):
+    """40 concurrent logins (16 MiB of scrypt each, in 20 pool threads) must not keep the
+    memory: glibc's mmap threshold is pinned at start-up (imapserver/memory.py)."""
+    users = [(f"u{i}", "pw") for i in range(40)]
+    with start_server(tmp_path, users=users, max_connections_per_user=5) as proc:
+        pid = proc.proc.pid
+        before = vm_kib(pid, "VmRSS")
+        clients: list[Client] = []
+        lock = threading.Lock()
+
+        def log_in(name: str) -> None:
+            c = Client(proc.port)
+            c.cmd("a", f"LOGIN {name} pw")
+            with lock:
+                clients.append(c)
+        threads = [threading.Thread(target=log_in, args=(name,)) for name, _ in users]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        try:
+            assert len(clients) == 40
+            grown = vm_kib(pid, "VmRSS") - before
+            assert grown < 64 * 1024, f"RSS grew by {grown // 1024} MiB after 40 logins"
+        finally:
+            for c in clients:
+                c.close()

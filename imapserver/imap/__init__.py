@@ -52,13 +52,15 @@ def start(store, cfg, reactor, loop, announce) -> list:
     plain_port = listen_port(cfg["imap"]["port"])
     tls_port = listen_port(cfg["imap"]["imaps_port"])
     if plain_port is not None:
-        port = reactor.listenTCP(plain_port, server, interface=host)
+        port = reactor.listenTCP(plain_port, server, interface=host,
+                                 backlog=cfg["imap"]["listen_backlog"])
         announce("imap", host, port.getHost().port)
         services.append(_Listener("imap", port, server))
     if tls_port is not None and context is not None:
         tls_server = IMAPServer(store, cfg, reactor, context)
         tls_server.implicit_tls = True
         port = reactor.listenSSL(tls_port, tls_server, context,
+                                 backlog=cfg["imap"]["listen_backlog"],
                                  interface=host)
         announce("imaps", host, port.getHost().port)
         services.append(_Listener("imaps", port, tls_server))

@@ -148,8 +148,10 @@ def close(ctx):
     if not selected.readonly:
         # RFC 3501 6.4.2: expunge \Deleted messages silently.
         def run():
-            views = ctx.store.fetch(selected.mailbox, list(selected.uids))
-            doomed = [v.uid for v in views if "\\Deleted" in v.flags.names]
+            known = set(selected.uids)
+            doomed = [uid for uid, flags in ctx.store.uid_flags(selected.mailbox,
+                                                                 selected.known_visible)
+                      if uid in known and "\\Deleted" in flags.names]
             if doomed:
                 ctx.store.expunge(selected.mailbox, doomed)
         yield ctx.call(run)
