@@ -323,3 +323,20 @@ def test_reselecting_an_unchanged_mailbox_matches_a_fresh_read(server, client):
     third = client.cmd("s4", "SELECT Snap")
     assert b"* OK [UNSEEN 3] First unseen" in third
     assert any(b"$Later" in line for line in third if line.startswith(b"* FLAGS"))
+
+
+def test_reselect_after_appends_extends_the_snapshot_correctly(server, client):
+    """6.3.1: after new messages only, SELECT shows them (EXISTS, UIDNEXT, first UNSEEN)."""
+    login(client)
+    fresh_mailbox(client, "Grow")
+    for i in range(3):
+        append(client, "Grow", message(i), "(\\Seen)")
+    client.cmd("s1", "SELECT Grow")
+    client.cmd("u", "UNSELECT")
+    uid = append(client, "Grow", message(9), "($Fresh)")
+    lines = client.cmd("s2", "SELECT Grow")
+    assert b"* 4 EXISTS" in lines
+    assert b"* OK [UNSEEN 4] First unseen" in lines
+    assert b"* OK [UIDNEXT %d] Predicted next UID" % (uid + 1) in lines
+    assert any(b"$Fresh" in line for line in lines if line.startswith(b"* FLAGS"))
+    assert client.cmd("f", "FETCH 4 (UID)")[0] == b"* 4 FETCH (UID %d)" % uid

@@ -55,13 +55,13 @@ class Snapshots:
         self.entries: OrderedDict[bytes, tuple] = OrderedDict()
         self.lock = threading.Lock()
 
-    def get(self, mailbox_id: bytes, modseq: int, visible: int):
+    def get(self, mailbox_id: bytes):
+        """((modseq, visible), data) of the last snapshot of a mailbox, or None."""
         with self.lock:
             entry = self.entries.get(mailbox_id)
-            if entry is None or entry[0] != (modseq, visible):
-                return None
-            self.entries.move_to_end(mailbox_id)
-            return entry[1]
+            if entry is not None:
+                self.entries.move_to_end(mailbox_id)
+            return entry
 
     def put(self, mailbox_id: bytes, modseq: int, visible: int, data: tuple) -> None:
         with self.lock:
@@ -98,17 +98,12 @@ class SelectedMailbox:
         """Read UIDs and flags once (SELECT): one bounded scan of the small commit and flag
         cells, decoding only the state byte and the flags (no per-message JSON)."""
         marks = self.store.change_marks([self.mailbox.id]).get(self.mailbox.id, (0, 0, 0))
-        self.known_modseq, self.known_visible, _count = marks
+        self.known_modseq, self.known_visible, count = marks
         # \Recent (RFC 3501 2.3.2) is approximated per session: messages that arrive while this
         # session has the mailbox selected are recent to it.  No session "owns" older mail.
         self.recent = set()
-        if self.snapshots is not None:
-            cached = self.snapshots.get(self.mailbox.id, self.known_modseq, self.known_visible)
-            if cached is not None:
-                uids, self.first_unseen, self.unseen_count, keywords = cached
-                self.uids = array("q", uids)
-                self.keywords = set(keywords)
-                return
+        if self.snapshots is not None and self._from_snapshot(count):
+            return
         uids = array("q")
         first_unseen = None
         unseen = 0
@@ -129,6 +124,38 @@ class SelectedMailbox:
         if self.snapshots is not None:
             self.snapshots.put(self.mailbox.id, self.known_modseq, self.known_visible,
                                (array("q", uids), first_unseen, unseen, frozenset(keywords)))
+
+    def _from_snapshot(self, count: int) -> bool:
+        """Open from the process's last snapshot of this mailbox: as it is when nothing
+        changed since, or extended by one bounded scan of the new UIDs when only appends
+        happened (the same test as refresh()).  False when it cannot be trusted."""
+        entry = self.snapshots.get(self.mailbox.id)
+        if entry is None:
+            return False
+        (modseq, visible), (uids, first_unseen, unseen, keywords) = entry
+        if (modseq, visible) != (self.known_modseq, self.known_visible):
+            if visible > self.known_visible or modseq > self.known_modseq:
+                return False
+            new = list(self.store.scan(self.mailbox, low_uid=visible + 1,
+                                       high_uid=self.known_visible, columns=[FLAGS]))
+            if not (len(new) == self.known_modseq - modseq and count == len(uids) + len(new)
+                    and all(v.record.modseq > modseq for v in new)):
+                return False
+            uids = array("q", uids)
+            keywords = set(keywords)
+            for view in new:
+                uids.append(view.uid)
+                keywords.update(f for f in view.flags.names if not f.startswith("\\"))
+                if not view.flags.seen:
+                    unseen += 1
+                    if first_unseen is None:
+                        first_unseen = len(uids)
+            self.snapshots.put(self.mailbox.id, self.known_modseq, self.known_visible,
+                               (array("q", uids), first_unseen, unseen, frozenset(keywords)))
+        self.uids = array("q", uids)
+        self.first_unseen, self.unseen_count = first_unseen, unseen
+        self.keywords = set(keywords)
+        return True
 
     def _scan_flags(self, visible: int):
         """(uid, Flags) of every visible message up to ``visible``, ascending."""
