@@ -62,6 +62,7 @@ def test_metrics_move_and_logs_are_structured_without_secrets(tmp_path):
     assert "TOP-SECRET-BODY" not in text
     formats = [e.get("log_format", "") + " " + e.get("text", "") for e in events]
     assert any("login failed" in f for f in formats)
+    assert any(e.get("user") == "max" and e.get("mechanism") == "LOGIN" for e in events)
     assert any(e.get("log_namespace") == "imap" and e.get("remote") == "127.0.0.1"
                for e in events)
 

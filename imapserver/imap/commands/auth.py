@@ -5,25 +5,25 @@
     login        = "LOGIN" SP userid SP password                    ; 6.2.3
 
 Failed logins wait ``auth_failure_delay`` seconds and say the same whether the user exists or
-not, or the name is not even a valid user name.  They are logged at WARNING through the standard
-``logging`` module (as the delivery side logs), so they reach the process's stderr even where no
-log configuration was made.  Password checks (scrypt) run in the thread pool.
+not, or the name is not even a valid user name.  Logins and failed logins are structured events
+of the ``imap`` log namespace (user, mechanism, remote address; never the password), counted in
+``imap_logins_total``.  Password checks (scrypt) run in the thread pool.
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
-import logging
 
 from twisted.internet import defer, task
 
 from mailstore.errors import InvalidName
 
+from ...observe import LOGINS, Logger
 from ..context import NOT_AUTH, Bad, No, command
 from ..wire import as_text
 
-log = logging.getLogger(__name__)
+log = Logger("imap")
 
 
 @command("STARTTLS", NOT_AUTH)
@@ -61,16 +61,18 @@ def _login(ctx, user: str, password: str, mechanism: str):
     peer = ctx.conn.transport.getPeer()
     who = yield ctx.call(_authenticate, ctx.store, user, password)
     if who is None:
-        log.warning("imap login failed: user=%r mechanism=%s remote=%s", user, mechanism,
-                    getattr(peer, "host", "?"))
+        LOGINS.labels("failed").inc()
+        log.warn("imap login failed: user={user!r} mechanism={mechanism} remote={remote}",
+                 user=user, mechanism=mechanism, remote=getattr(peer, "host", "?"))
         yield task.deferLater(ctx.server.reactor, ctx.server.cfg["imap"]["auth_failure_delay"],
                               lambda: None)
         raise No("Authentication failed", "AUTHENTICATIONFAILED")
     if not ctx.server.user_logged_in(who):
         raise No("Too many connections for this user", "LIMIT")
     ctx.session.user = who
-    log.info("imap login: user=%s mechanism=%s remote=%s", who, mechanism,
-             getattr(peer, "host", "?"))
+    LOGINS.labels("ok").inc()
+    log.info("imap login: user={user} mechanism={mechanism} remote={remote}", user=who,
+             mechanism=mechanism, remote=getattr(peer, "host", "?"))
     caps = " ".join(ctx.session.capabilities())
     ctx.finish(b"OK", f"{mechanism} completed", f"CAPABILITY {caps}")
 
