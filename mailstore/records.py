@@ -70,6 +70,9 @@ def with_state(raw: bytes, state: bytes) -> bytes:
     return state + raw[1:]
 
 
+_NAMES: dict[bytes, frozenset[str]] = {}
+
+
 @dataclass
 class Flags:
     modseq: int
@@ -82,8 +85,18 @@ class Flags:
     def decode(cls, raw: bytes | None) -> Flags:
         if not raw:
             return cls(0, frozenset())
-        text = raw[8:].decode()
-        return cls(int.from_bytes(raw[:8], "big"), frozenset(text.split()) if text else frozenset())
+        # A mailbox holds few distinct flag sets, and scans decode one per message: the sets
+        # are shared through a small cache (a profile of SEARCH UNSEEN over 100,000 messages
+        # spent a quarter of its time splitting the same few strings).
+        tail = raw[8:]
+        names = _NAMES.get(tail)
+        if names is None:
+            text = tail.decode()
+            names = frozenset(text.split()) if text else frozenset()
+            if len(_NAMES) > 4096:
+                _NAMES.clear()
+            _NAMES[tail] = names
+        return cls(int.from_bytes(raw[:8], "big"), names)
 
     @property
     def seen(self) -> bool:
