@@ -55,6 +55,7 @@ def test_metrics_move_and_logs_are_structured_without_secrets(tmp_path):
     assert moved("imap_connections_total") == 1
     assert moved('store_call_seconds_count{operation="append"}') >= 1
     assert moved('deliveries_total{outcome="delivered",protocol="lmtp"}') == 1
+    assert moved('store_call_seconds_count{operation="deliver"}') == 1
     # twisted.logger's JSON lines are RFC 7464 sequences: each record starts with 0x1E.
     events = [json.loads(r) for r in log_file.read_text().split("\x1e") if r.strip()]
     text = log_file.read_text()

@@ -22,7 +22,7 @@ from .transaction import deliver_message
 
 log = logging.getLogger(__name__)
 # Metrics live with the other process metrics; only the counter is used here.
-from ..observe import DELIVERIES  # noqa: E402
+from ..observe import DELIVERIES, timed_store_call  # noqa: E402
 
 MAX_RECIPIENTS = 1000
 """Recipients accepted per message (RFC 5321 4.5.3.1.8 asks for at least 100)."""
@@ -65,7 +65,7 @@ class DeliveryHandler:
         except ForeignDomain:
             return replies.FOREIGN_DOMAIN.format(address)
         try:
-            target = await asyncio.to_thread(self._resolve, parsed)
+            target = await asyncio.to_thread(timed_store_call, "rcpt", self._resolve, parsed)
         except (NotFound, InvalidName):
             return replies.UNKNOWN_USER.format(address)
         except MailStoreError as exc:
@@ -110,7 +110,8 @@ class DeliveryHandler:
             delivery=delivery)
         source = header + trace.crlf(envelope.original_content)
         try:
-            results = await asyncio.to_thread(deliver_message, self.store, targets, source,
+            results = await asyncio.to_thread(timed_store_call, "deliver", deliver_message,
+                                              self.store, targets, source,
                                               delivery.encode(), not self.lmtp)
         except Exception as exc:  # the store failed as a whole: every recipient retries
             log.warning("delivery %s failed: %r", delivery, exc)
