@@ -340,3 +340,30 @@ def test_reselect_after_appends_extends_the_snapshot_correctly(server, client):
     assert b"* OK [UIDNEXT %d] Predicted next UID" % (uid + 1) in lines
     assert any(b"$Fresh" in line for line in lines if line.startswith(b"* FLAGS"))
     assert client.cmd("f", "FETCH 4 (UID)")[0] == b"* 4 FETCH (UID %d)" % uid
+
+
+def test_small_extensions_do_what_they_advertise(client):
+    """RFC 2971 ID, RFC 2342 NAMESPACE, RFC 5161 ENABLE, RFC 3691 UNSELECT, RFC 5819
+    LIST-STATUS, RFC 4959 SASL-IR (AUTHENTICATE PLAIN with an initial response)."""
+    import base64
+    assert client.cmd("i", 'ID ("name" "test")')[0] == (
+        b'* ID ("name" "hbase-imap" "vendor" "hbase-imap project")')
+    assert client.cmd("i2", "ID NIL")[-1] == b"i2 OK ID completed"
+    assert client.cmd("i3", 'ID ("odd")')[-1].startswith(b"i3 BAD")
+    token = base64.b64encode(b"\x00alice\x00wonderland").decode()
+    assert client.cmd("a", f"AUTHENTICATE PLAIN {token}")[-1].startswith(b"a OK [CAPABILITY")
+    assert client.cmd("n", "NAMESPACE")[0] == b'* NAMESPACE (("" "/")) NIL NIL'
+    assert client.cmd("e", "ENABLE CONDSTORE")[0] == b"* ENABLED"
+    fresh_mailbox(client, "Listed")
+    append(client, "Listed", message(1))
+    lines = client.cmd("l", 'LIST "" "Listed" RETURN (STATUS (MESSAGES UIDNEXT UNSEEN))')
+    assert lines[0] == b'* LIST (\\HasNoChildren) "/" Listed'
+    assert lines[1] == b"* STATUS Listed (MESSAGES 1 UIDNEXT 2 UNSEEN 1)"
+    client.cmd("s", "SELECT Listed")
+    client.cmd("d", "STORE 1 +FLAGS (\\Deleted)")
+    assert client.cmd("u", "UNSELECT")[-1] == b"u OK UNSELECT completed"
+    # UNSELECT does not expunge (unlike CLOSE).
+    assert b"MESSAGES 1" in client.cmd("t", "STATUS Listed (MESSAGES)")[0]
+    client.cmd("s2", "SELECT Listed")
+    assert client.cmd("c", "CLOSE")[-1] == b"c OK CLOSE completed"
+    assert b"MESSAGES 0" in client.cmd("t2", "STATUS Listed (MESSAGES)")[0]
