@@ -237,15 +237,17 @@ class EmbeddedTable(Table):
                 "ON CONFLICT (row, col) DO UPDATE SET val = be64_add(val, ?)")
 
     def increment_many(self, row: bytes, deltas: Mapping[bytes, int]) -> None:
-        with self.backend._write() as db:
-            for column, delta in deltas.items():
-                self._increment(db, row, column, delta)
-
-    def _increment(self, db: sqlite3.Connection, row: bytes, column: bytes, delta: int) -> None:
-        try:
-            db.execute(self._upsert_sql, (row, column, delta, delta))
-        except sqlite3.OperationalError as exc:
-            raise _counter_error(exc) from exc
+        if not deltas:
+            return
+        # One statement for all the counters (atomic on its own, no BEGIN/COMMIT): each
+        # proposed row carries its delta as a counter, which the conflict clause adds.
+        marks = ",".join(["(?, ?, be64_add(NULL, ?))"] * len(deltas))
+        params: list[object] = []
+        for column, delta in deltas.items():
+            params += (row, column, delta)
+        self.backend._single(
+            f"INSERT INTO {self._sql} (row, col, val) VALUES {marks} ON CONFLICT (row, col) "
+            "DO UPDATE SET val = be64_add(val, be64_value(excluded.val))", params)
 
     def check_and_put(self, row: bytes, column: bytes, expected: bytes | None,
                       put_column: bytes, value: bytes) -> bool:
@@ -341,6 +343,7 @@ class EmbeddedBackend(Backend):
                 # from sync(), once per acknowledged operation.
                 db.execute("PRAGMA synchronous=NORMAL")
                 db.create_function("be64_add", 2, _be64_add, deterministic=True)
+                db.create_function("be64_value", 1, decode_counter, deterministic=True)
             except sqlite3.Error as exc:
                 raise BackendUnavailable(f"cannot open {self.path}: {exc}") from exc
             self._local.db = db
