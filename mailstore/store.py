@@ -220,14 +220,21 @@ class MailStore:
         return self.messages.ingest(source, refs, self.max_message_size)
 
     @durable
-    def append(self, user: str, mailbox_name: str, source, flags: Iterable[str] = (),
+    def append(self, user: str, mailbox_name: str | Mailbox, source, flags: Iterable[str] = (),
                internal_date: float | None = None) -> tuple[int, int]:
         """APPEND (RFC 3501 6.3.11): store a message; return (UIDVALIDITY, UID).
 
-        ``source`` is bytes or a binary file, read in chunks: a large message never sits in
-        memory whole.  Raises NotFound, TooLarge or OverQuota with nothing left behind.
+        ``mailbox_name`` is a name of ``user``'s, or a Mailbox of theirs already looked up (an
+        IMAP session has it: two reads saved per APPEND).  ``source`` is bytes or a binary
+        file, read in chunks: a large message never sits in memory whole.  Raises NotFound,
+        TooLarge or OverQuota with nothing left behind.
         """
-        mailbox = self.mailboxes.get(user, mailbox_name)
+        if isinstance(mailbox_name, Mailbox):
+            if mailbox_name.owner != user:
+                raise NotFound(f"no such mailbox: {mailbox_name.name}")
+            mailbox = mailbox_name
+        else:
+            mailbox = self.mailboxes.get(user, mailbox_name)
         size = _known_size(source)
         if size is not None and size > self.max_message_size:
             raise TooLarge(f"message larger than {self.max_message_size} bytes")

@@ -122,7 +122,7 @@ def append(ctx):
         uids = []
         try:
             for flags, date, message in messages:
-                _validity, uid = ctx.store.append(user, mailbox.name, message, flags, date)
+                _validity, uid = ctx.store.append(user, mailbox, message, flags, date)
                 uids.append(uid)
         except BaseException:
             # RFC 3502: a MULTIAPPEND that fails appends nothing.
