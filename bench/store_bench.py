@@ -109,11 +109,11 @@ def main() -> None:
         # Flag changes against raw check-and-put.
         inbox = store.mailbox("u", "INBOX")
         uids = store.uids(inbox)
-        def raw_cas(i: int) -> None:
+        def one_cas(i: int) -> None:
             # Not synced: STORE is not fsynced either (as Dovecot's default fsync_mode).
             raw.check_and_put(b"cas", b"c:x", None if i == 0 else b"%d" % (i - 1), b"c:x",
                               b"%d" % i)
-        t = timed(lambda: [raw_cas(i) for i in range(n)])
+        t = timed(lambda: [one_cas(i) for i in range(n)])
         raw_cas = rate(n, t)
         t = timed(lambda: [store.store_flags(inbox, [u], ["\\Seen"]) for u in uids[:n]])
         flags = rate(n, t)
