@@ -8,7 +8,8 @@ What is checked (docs/decisions/0004-counters-and-fsck.md):
   highest UID; the watermark against UIDs left in flight; rows in odd states;
 * content: reference counts against the message rows that point to each content row, content
   never finished, content no message refers to;
-* import records (``JAMES_IMPORTS``) of mailboxes that no longer exist.
+* import records (``JAMES_IMPORTS``), change-log entries and checkpoints (``JAMES_CHANGES``) of
+  mailboxes that no longer exist.
 
 Counters are repaired by incrementing them by the difference, never by overwriting them, so a
 repair racing with live traffic cannot erase a concurrent change.  The content reference check
@@ -27,7 +28,7 @@ from .imports import UID_CELL
 from .mailboxes import COUNT, DELETING, LIVE, SIZE, UID, UNSEEN, VISIBLE, Mailbox
 from .messages import BODY, ENVELOPE, FLAGS, HEADER, STATE
 from .records import ABANDONED, COMMITTED, MOVING, Flags, MessageRecord, state_of, with_state
-from .schema import IMPORTS
+from .schema import CHANGES, IMPORTS
 from .store import MailStore, purge_mailbox_messages
 
 UNFINISHED_CONTENT_AGE = 3600
@@ -77,6 +78,7 @@ class Fsck:
             self.check_orphan_mailboxes()
             self.check_content()
             self.check_import_records()
+            self.check_change_records()
         return self.report
 
     # -- users and mailboxes -------------------------------------------------------------------
@@ -218,6 +220,7 @@ class Fsck:
                 purge_mailbox_messages(store, mailbox)
                 for key, _op, _at in store.transfers.pending(mailbox_id):
                     store.transfers.intents.delete(key)
+                store.changes.drop(mailbox_id)
                 store.mailboxes.remove_row(mailbox_id)
             self.report.add("mailbox", f"{owner}:{name}", detail, self.repair)
 
@@ -267,23 +270,34 @@ class Fsck:
     # -- import records -------------------------------------------------------------------------
 
     def check_import_records(self) -> None:
-        """Import records whose mailbox is gone (deleted, or a deletion finished by fsck).
+        """Import records whose mailbox is gone (deleted, or a deletion finished by fsck)."""
+        self._records_of_gone_mailboxes(IMPORTS.name, [UID_CELL], keys.IMPORT_DIGEST_LEN,
+                                        "import", "import record(s)")
 
-        One short scan per mailbox with records, not per record: after looking at the first
-        record of a mailbox the scan jumps past all of that mailbox's records.
+    def check_change_records(self) -> None:
+        """Change-log entries and checkpoints whose mailbox is gone."""
+        self._records_of_gone_mailboxes(CHANGES.name, [b"l", b"k"], 8, "changes",
+                                        "change-log row(s)")
+
+    def _records_of_gone_mailboxes(self, table_name: str, columns: list[bytes], suffix: int,
+                                   kind: str, what: str) -> None:
+        """Rows keyed by mailbox UUID + ``suffix`` bytes whose mailbox no longer exists.
+
+        One short scan per mailbox with rows, not per row: after looking at the first row of a
+        mailbox the scan jumps past all of that mailbox's rows.
         """
-        table = self.store.backend.table(IMPORTS.name)
+        table = self.store.backend.table(table_name)
         start = b""
-        stop = b"\xff" * (keys.UUID_LEN + keys.IMPORT_DIGEST_LEN + 1)
+        stop = b"\xff" * (keys.UUID_LEN + suffix + 1)
         while True:
-            first = list(table.scan(start=start, stop=stop, columns=[UID_CELL], limit=1))
+            first = list(table.scan(start=start, stop=stop, columns=columns, limit=1))
             if not first:
                 return
             mailbox_id = first[0][0][:keys.UUID_LEN]
             after = prefix_stop(mailbox_id)
             if self.store.mailboxes.load(mailbox_id) is None:
                 count, batch = 0, []
-                for key, _ in table.scan(prefix=mailbox_id, columns=[UID_CELL]):
+                for key, _ in table.scan(prefix=mailbox_id, columns=columns):
                     count += 1
                     batch.append(Mutation(key, delete_row=True))
                     if len(batch) >= 500 and self.repair:
@@ -292,9 +306,9 @@ class Fsck:
                         batch = []
                 if batch and self.repair:
                     table.mutate_rows(batch)
-                self.report.add("import", f"mailbox {mailbox_id.hex()}",
-                                f"{count} import record(s) of a mailbox that no longer "
-                                "exists", self.repair)
+                self.report.add(kind, f"mailbox {mailbox_id.hex()}",
+                                f"{count} {what} of a mailbox that no longer exists",
+                                self.repair)
             if after is None:
                 return
             start = after

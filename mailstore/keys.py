@@ -61,6 +61,34 @@ def message_range(mailbox_id: bytes, low_uid: int = 1,
     return start, stop
 
 
+# -- JAMES_CHANGES: mailbox uuid (checkpoint) / mailbox uuid + 8-byte change number (log) ----
+
+def checkpoint_key(mailbox_id: bytes) -> bytes:
+    """The row of a mailbox's index checkpoint: the bare UUID, which sorts before its log."""
+    if len(mailbox_id) != UUID_LEN:
+        raise ValueError("mailbox id must be 16 bytes")
+    return mailbox_id
+
+
+def change_key(mailbox_id: bytes, seq: int) -> bytes:
+    if len(mailbox_id) != UUID_LEN:
+        raise ValueError("mailbox id must be 16 bytes")
+    if not 0 < seq <= MAX_UID:
+        raise ValueError(f"change number out of range: {seq}")
+    return mailbox_id + seq.to_bytes(8, "big")
+
+
+def change_key_seq(key: bytes) -> int:
+    return int.from_bytes(key[UUID_LEN:UUID_LEN + 8], "big")
+
+
+def change_range(mailbox_id: bytes, low: int, high: int) -> tuple[bytes, bytes]:
+    """(start, stop) covering log entries ``low..high`` inclusive of one mailbox."""
+    if low > high or low < 1:
+        raise ValueError("empty change range")
+    return change_key(mailbox_id, low), change_key(mailbox_id, high) + b"\x00"
+
+
 # -- JAMES_MAILBOX_INDEX: user NUL name ------------------------------------------------------
 
 def index_key(user: str, name: str) -> bytes:

@@ -34,7 +34,8 @@ MAILBOXES = TableDef(
         "m": "meta: owner, name, uidvalidity, special_use, state (b'live' / b'deleting')",
         "c": "counters, 8-byte big-endian, changed only by increments (visible by check-and-put): "
              "uid (last allocated UID), visible (UID watermark readers may show), modseq, "
-             "count, unseen, size",
+             "count, unseen, size; logseq (last change-log entry allocated) and logmark (the "
+             "change-log watermark, by check-and-put)",
     },
     access="get by UUID (from the name index); increments on append/flag change/expunge",
 )
@@ -113,8 +114,27 @@ IMPORTS = TableDef(
            "in fsck (records of deleted mailboxes)",
 )
 
+CHANGES = TableDef(
+    name="JAMES_CHANGES",
+    purpose="Per mailbox: a log of flag changes and expunges, and a compact checkpoint of its "
+            "UID list, so sessions learn of changes and SELECT opens a mailbox without reading "
+            "every message row (docs/decisions/0009-change-log-and-checkpoints.md).",
+    row_key="16-byte mailbox UUID (checkpoint row); 16-byte mailbox UUID + 8-byte big-endian "
+            "change number (log entries, numbered by the mailbox's c:logseq)",
+    families={
+        "l": "l:e = log entry: state byte (P pending, C closed, S settled by a reader, X void) "
+             "+ 8-byte time in ms + the UIDs touched (zlib of delta-encoded 8-byte integers)",
+        "k": "checkpoint: k:meta (JSON: the marks it is valid at, counts, keywords), k:uids, "
+             "k:unseen, k:deleted (zlib of delta-encoded UIDs); written as one row put",
+    },
+    access="entries put by check-and-put before and after each flag change or expunge; a "
+           "bounded scan of the entries since a session's mark on each refresh; one get of "
+           "the checkpoint on a process's first SELECT; old entries deleted when a newer "
+           "checkpoint is written",
+)
+
 TABLES: tuple[TableDef, ...] = (MAILBOXES, MAILBOX_INDEX, MESSAGES, CONTENT, SUBSCRIPTIONS,
-                                USERS, INTENTS, IMPORTS)
+                                USERS, INTENTS, IMPORTS, CHANGES)
 
 
 def create_schema(backend: Backend) -> list[str]:

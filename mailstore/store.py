@@ -15,10 +15,12 @@ from dataclasses import dataclass
 
 from . import keys, names
 from .backends import open_backend
-from .backends.base import Backend, Mutation, decode_counter
+from .backends.base import Backend, Mutation
+from .changelog import ChangeLog
 from .content import DEFAULT_CHUNK, ContentStore
 from .errors import AlreadyExists, InvalidName, NotFound, OverQuota, TooLarge
-from .mailboxes import COUNT, DEFAULT_FOLDERS, MODSEQ, VISIBLE, Mailbox, Mailboxes
+from .index import Delta, Indexes, MailboxIndex, Marks
+from .mailboxes import DEFAULT_FOLDERS, Mailbox, Mailboxes
 from .messages import FLAGS, STATE, SUMMARY, Messages, MessageView, StoredContent
 from .records import COMMITTED, DELETING, MOVING, VISIBLE_STATES, Flags, MessageRecord, state_of
 from .schema import IMPORTS, create_schema
@@ -74,8 +76,10 @@ class MailStore:
         self.users = Users(backend, clock)
         self.messages = Messages(backend, self.mailboxes, self.content, clock, sleep,
                                  abandon_after)
+        self.changes = ChangeLog(backend, clock, abandon_after)
         self.transfers = Transfers(backend, self.messages, self.mailboxes, self.content,
-                                   self.users, clock, intent_timeout)
+                                   self.users, clock, intent_timeout, self.changes)
+        self.indexes = Indexes(backend, self.messages, self.changes)
 
     @classmethod
     def open(cls, backend_name: str, backend_options: dict, **store_options) -> MailStore:
@@ -191,6 +195,8 @@ class MailStore:
         for key, _op, _at in self.transfers.pending(mailbox.id):
             self.transfers.intents.delete(key)
         self._drop_import_records(mailbox.id)
+        self.changes.drop(mailbox.id)
+        self.indexes.forget(mailbox.id)
         self.mailboxes.remove_row(mailbox.id)
 
     def _drop_import_records(self, mailbox_id: bytes) -> None:
@@ -308,12 +314,21 @@ class MailStore:
             if row.get(STATE, b"")[:1] in VISIBLE_STATES:
                 yield keys.message_key_uid(key), Flags.decode(row.get(FLAGS))
 
-    def change_marks(self, mailbox_ids: Sequence[bytes]) -> dict[bytes, tuple[int, int, int]]:
-        """(highest MODSEQ, UID watermark, message count) of each mailbox, in one round trip:
-        every change to a mailbox moves the first or the second (docs/decisions/0007)."""
-        rows = self.mailboxes.rows.rows(list(mailbox_ids), [MODSEQ, VISIBLE, COUNT])
-        return {mid: (decode_counter(r.get(MODSEQ)), decode_counter(r.get(VISIBLE)),
-                      decode_counter(r.get(COUNT))) for mid, r in rows}
+    def marks(self, mailbox_ids: Sequence[bytes]) -> dict[bytes, Marks]:
+        """Where each mailbox stands, in one round trip: a new message moves its UID watermark,
+        a flag change or expunge its change-log watermark (docs/decisions/0009)."""
+        return self.indexes.marks(mailbox_ids)
+
+    def open_index(self, mailbox: Mailbox) -> MailboxIndex:
+        """The mailbox's UID list, unseen and \\Deleted UIDs and keywords as of now, without
+        reading every message row (from this process's cache or the stored checkpoint, brought
+        up to date by the change log).  The caller owns the copy it gets."""
+        return self.indexes.open(mailbox)
+
+    def changes_since(self, mailbox: Mailbox, since: Marks) -> Delta | None:
+        """New messages, changed flags and vanished UIDs since ``since``; None if the change log
+        no longer reaches back that far (the caller then rereads, e.g. with open_index)."""
+        return self.indexes.delta(mailbox, since)
 
     def newest(self, mailbox: Mailbox, count: int = 25) -> list[MessageView]:
         return self.messages.newest(mailbox.id, count)
@@ -332,8 +347,10 @@ class MailStore:
                     mode: str = "add", unchanged_since: int | None = None):
         """STORE (RFC 3501 6.4.6).  Not fsynced, as Dovecot's default fsync_mode does not sync
         flag changes: they survive a crash of the process, and a power cut may lose the last
-        ones, never a message."""
-        return self.messages.store_flags(mailbox, uids, flags, mode, unchanged_since)
+        ones, never a message.  Logged in the change log, so other sessions learn of it."""
+        uids = list(uids)
+        with self.changes.recording(mailbox.id, uids):
+            return self.messages.store_flags(mailbox, uids, flags, mode, unchanged_since)
 
     @durable
     def expunge(self, mailbox: Mailbox, uids: Iterable[int]) -> list[int]:

@@ -27,6 +27,7 @@ from collections.abc import Callable, Iterable
 
 from . import keys
 from .backends.base import Backend, Mutation, decode_counter, encode_counter
+from .changelog import ChangeLog
 from .content import ContentStore
 from .errors import NotFound
 from .mailboxes import MODSEQ, UID, Mailbox, Mailboxes
@@ -60,7 +61,7 @@ AT = b"i:at"
 class Transfers:
     def __init__(self, backend: Backend, messages: Messages, mailboxes: Mailboxes,
                  content: ContentStore, users: Users, clock: Callable[[], float],
-                 intent_timeout: float = 60.0):
+                 intent_timeout: float = 60.0, changes: ChangeLog | None = None):
         self.intents = backend.table(INTENTS.name)
         self.messages = messages
         self.boxes = mailboxes
@@ -68,6 +69,7 @@ class Transfers:
         self.users = users
         self.clock = clock
         self.intent_timeout = intent_timeout
+        self.changes = changes if changes is not None else ChangeLog(backend, clock)
 
     # -- intents --------------------------------------------------------------------------------
 
@@ -94,10 +96,11 @@ class Transfers:
         if not views:
             return []
         intent = self._begin(mailbox.id, {"op": "expunge", "uids": [v.uid for v in views]})
-        claimed = [v for v in views if self.messages.table.check_and_put(
-            keys.message_key(mailbox.id, v.uid), STATE, v.state_raw,
-            STATE, with_state(v.state_raw, DELETING))]
-        self._remove(mailbox, claimed)
+        with self.changes.recording(mailbox.id, [v.uid for v in views]):
+            claimed = [v for v in views if self.messages.table.check_and_put(
+                keys.message_key(mailbox.id, v.uid), STATE, v.state_raw,
+                STATE, with_state(v.state_raw, DELETING))]
+            self._remove(mailbox, claimed)
         self._end(intent)
         return [v.uid for v in claimed]
 
@@ -193,6 +196,15 @@ class Transfers:
         planned = [(v.uid, last - count + 1 + i) for i, v in enumerate(views)]
         intent = self._begin(source.id, {"op": "move", "target": target.id.hex(),
                                          "pairs": planned})
+        with self.changes.recording(source.id, [v.uid for v in views]):
+            moved = self._move_claimed(source, target, views, planned, last, top_modseq)
+        self._end(intent)
+        return [(v.uid, uid) for v, uid in moved]
+
+    def _move_claimed(self, source: Mailbox, target: Mailbox, views: list[MessageView],
+                      planned: list[tuple[int, int]], last: int, top_modseq: int
+                      ) -> list[tuple[MessageView, int]]:
+        count = len(views)
         moved, given_up = [], []
         for view, (_, uid) in zip(views, planned, strict=True):
             key = keys.message_key(source.id, view.uid)
@@ -207,8 +219,7 @@ class Transfers:
             self.messages.table.check_and_put(keys.message_key(target.id, uid), STATE, None,
                                               STATE, ABANDONED)
         self._finish_move(source, target, moved, last - count + 1, last)
-        self._end(intent)
-        return [(v.uid, uid) for v, uid in moved]
+        return moved
 
     def _finish_move(self, source: Mailbox, target: Mailbox,
                      moved: list[tuple[MessageView, int]], first: int, last: int) -> None:
@@ -234,10 +245,12 @@ class Transfers:
             if self.clock() - started < max_age:
                 continue
             if source is not None:
-                if op["op"] == "expunge":
-                    self._recover_expunge(source, op["uids"])
-                elif op["op"] == "move":
-                    self._recover_move(source, op)
+                uids = op["uids"] if op["op"] == "expunge" else [p[0] for p in op["pairs"]]
+                with self.changes.recording(mailbox_id, uids):
+                    if op["op"] == "expunge":
+                        self._recover_expunge(source, op["uids"])
+                    elif op["op"] == "move":
+                        self._recover_move(source, op)
             self._end(key)
             done += 1
         return done

@@ -3,7 +3,7 @@
 Any process may change a mailbox (another frontend, LMTP delivery), so there is no in-process
 event to wait for.  Instead one poller per server process reads the counters of every mailbox
 that some IDLE session is watching -- one multi-get per tick for all of them -- and wakes the
-sessions of the mailboxes whose MODSEQ or UID watermark moved.  Each woken session refreshes
+sessions of the mailboxes whose UID or change-log watermark moved.  Each woken session refreshes
 its own view (selected.py) and writes EXISTS / EXPUNGE / FETCH.  The tick is 0.25 s, so a
 change is pushed well within the one second the issues ask for; an idle store costs one small
 read per tick.  See docs/decisions/0007-imap-change-detection.md.
@@ -21,7 +21,7 @@ class Watchers:
     def __init__(self, server):
         self.server = server
         self.by_mailbox: dict[bytes, set] = {}
-        self.seen: dict[bytes, tuple[bytes, bytes]] = {}
+        self.seen: dict[bytes, tuple[int, int, int]] = {}
         self._loop: task.LoopingCall | None = None
         self._polling = False
 
@@ -56,7 +56,7 @@ class Watchers:
         self._polling = True
         ids = list(self.by_mailbox)
         d = threads.deferToThreadPool(self.server.reactor, self.server.threadpool,
-                                      self.server.store.change_marks, ids)
+                                      self.server.store.marks, ids)
         d.addCallback(self._compare)
         d.addErrback(log.err, "IDLE poll failed")
         d.addBoth(self._done)
@@ -66,8 +66,7 @@ class Watchers:
         self._polling = False
 
     def _compare(self, found) -> None:
-        for mailbox_id, (modseq, visible, _count) in found.items():
-            marks = (modseq, visible)
+        for mailbox_id, marks in found.items():
             if self.seen.get(mailbox_id) == marks:
                 continue
             self.seen[mailbox_id] = marks

@@ -2,29 +2,33 @@
 
 RFC 3501 2.3.1.2: message sequence numbers are per session and change only when the session is
 told (EXPUNGE); new messages appear at the end (EXISTS).  A session therefore keeps its own
-list of UIDs (sequence number = index + 1) and learns of other sessions' changes -- in this
-process, another process, or from delivery -- by comparing the mailbox's counters with what it
-last saw.  Everything here runs in a worker thread (it calls the store); nothing touches the
-network.
+copy of the mailbox's index (mailstore/index.py: UIDs, sequence number = position + 1, unseen
+and \\Deleted UIDs, keywords) and learns of other sessions' changes -- in this process, another
+process, or from delivery -- from the store.  Everything here runs in a worker thread (it calls
+the store); nothing touches the network.
 
-Change detection (docs/decisions/0007-imap-change-detection.md): every change to a mailbox
-bumps its MODSEQ counter and every new message moves its UID watermark.  When only appends
-happened, the MODSEQ delta equals the number of new messages, and one bounded scan of the new
-UIDs is enough.  Otherwise (expunge, flag change) the session rescans the commit and flag cells
-of the mailbox once and diffs: EXPUNGE for UIDs gone, FETCH FLAGS for flags changed since.
+Change detection (docs/decisions/0007 and 0009): a new message moves the mailbox's UID
+watermark, a flag change or expunge its change-log watermark.  A refresh reads both marks (one
+get); if either moved, it reads the new UIDs (one bounded scan) and the rows of the UIDs the
+change log names since its last look: work in proportion to the change, not to the mailbox.
+It reports EXPUNGE for UIDs gone, EXISTS for new ones and FETCH FLAGS for the rest (except
+changes this session made and reported itself).  Only when the log no longer reaches back to
+the session's mark (it was trimmed after a long absence) does it rescan the whole mailbox.
 """
 
 from __future__ import annotations
 
-import bisect
-import threading
-from array import array
-from collections import OrderedDict
 from dataclasses import dataclass, field
 
+from mailstore.index import MailboxIndex, Marks
 from mailstore.mailboxes import Mailbox
 from mailstore.messages import FLAGS
 from mailstore.store import MailStore
+
+_ZERO = Marks(0, 0, 0)
+OWN_FLAGS_CAP = 50_000
+"""Own flag changes remembered until the change log shows them; beyond this many, forget them
+(the cost of forgetting is a redundant FETCH FLAGS, which RFC 3501 7.4.2 allows)."""
 
 
 @dataclass
@@ -41,214 +45,151 @@ class Changes:
         return bool(self.expunged_seqs or self.exists is not None or self.flags)
 
 
-class Snapshots:
-    """What SELECT last read of recently selected mailboxes, per process.
-
-    A snapshot is reused only while the mailbox's MODSEQ and UID watermark are exactly what they
-    were when it was read, so it can never show a stale view; it only spares a second SELECT of
-    an unchanged mailbox (a client reconnecting, several sessions of one user) the scan of
-    every UID.  At most ``size`` mailboxes are kept, least recently used dropped first.
-    """
-
-    def __init__(self, size: int = 64):
-        self.size = size
-        self.entries: OrderedDict[bytes, tuple] = OrderedDict()
-        self.lock = threading.Lock()
-
-    def get(self, mailbox_id: bytes):
-        """((modseq, visible), data) of the last snapshot of a mailbox, or None."""
-        with self.lock:
-            entry = self.entries.get(mailbox_id)
-            if entry is not None:
-                self.entries.move_to_end(mailbox_id)
-            return entry
-
-    def put(self, mailbox_id: bytes, modseq: int, visible: int, data: tuple) -> None:
-        with self.lock:
-            self.entries[mailbox_id] = ((modseq, visible), data)
-            self.entries.move_to_end(mailbox_id)
-            while len(self.entries) > self.size:
-                self.entries.popitem(last=False)
-
-
 class SelectedMailbox:
     """A session's view of one mailbox.  Methods that touch the store run in a thread."""
 
-    def __init__(self, store: MailStore, mailbox: Mailbox, readonly: bool,
-                 snapshots: Snapshots | None = None):
+    def __init__(self, store: MailStore, mailbox: Mailbox, readonly: bool):
         self.store = store
-        self.snapshots = snapshots
         self.mailbox = mailbox
         self.readonly = readonly
-        self.uids = array("q")
+        self.index = MailboxIndex(_ZERO)
         self.recent: set[int] = set()
-        self.known_modseq = 0
-        self.known_visible = 0
-        self.first_unseen: int | None = None
-        self.unseen_count = 0
-        self.keywords: set[str] = set()
-        # Flag changes this session made and already knows of: uid -> their MODSEQ; and how
-        # many other MODSEQs its own operations used (expunges) since the last refresh.
+        # Flag changes this session made and already reported: uid -> their MODSEQ.
         self.own_flags: dict[int, int] = {}
-        self.own_bumps = 0
 
     # -- opening ----------------------------------------------------------------------------
 
     def load(self) -> None:
-        """Read UIDs and flags once (SELECT): one bounded scan of the small commit and flag
-        cells, decoding only the state byte and the flags (no per-message JSON)."""
-        marks = self.store.change_marks([self.mailbox.id]).get(self.mailbox.id, (0, 0, 0))
-        self.known_modseq, self.known_visible, count = marks
+        """SELECT: the mailbox's index from the store, without reading every message row."""
+        self.index = self.store.open_index(self.mailbox)
         # \Recent (RFC 3501 2.3.2) is approximated per session: messages that arrive while this
         # session has the mailbox selected are recent to it.  No session "owns" older mail.
         self.recent = set()
-        if self.snapshots is not None and self._from_snapshot(count):
-            return
-        uids = array("q")
-        first_unseen = None
-        unseen = 0
-        keywords: set[str] = set()
-        for uid, flags in self._scan_flags(self.known_visible):
-            uids.append(uid)
-            if not flags.seen:
-                unseen += 1
-                if first_unseen is None:
-                    first_unseen = len(uids)
-            for flag in flags.names:
-                if not flag.startswith("\\"):
-                    keywords.add(flag)
-        self.uids = uids
-        self.first_unseen = first_unseen
-        self.unseen_count = unseen
-        self.keywords = keywords
-        if self.snapshots is not None:
-            self.snapshots.put(self.mailbox.id, self.known_modseq, self.known_visible,
-                               (array("q", uids), first_unseen, unseen, frozenset(keywords)))
 
-    def _from_snapshot(self, count: int) -> bool:
-        """Open from the process's last snapshot of this mailbox: as it is when nothing
-        changed since, or extended by one bounded scan of the new UIDs when only appends
-        happened (the same test as refresh()).  False when it cannot be trusted."""
-        entry = self.snapshots.get(self.mailbox.id)
-        if entry is None:
-            return False
-        (modseq, visible), (uids, first_unseen, unseen, keywords) = entry
-        if (modseq, visible) != (self.known_modseq, self.known_visible):
-            if visible > self.known_visible or modseq > self.known_modseq:
-                return False
-            new = list(self.store.scan(self.mailbox, low_uid=visible + 1,
-                                       high_uid=self.known_visible, columns=[FLAGS]))
-            if not (len(new) == self.known_modseq - modseq and count == len(uids) + len(new)
-                    and all(v.record.modseq > modseq for v in new)):
-                return False
-            uids = array("q", uids)
-            keywords = set(keywords)
-            for view in new:
-                uids.append(view.uid)
-                keywords.update(f for f in view.flags.names if not f.startswith("\\"))
-                if not view.flags.seen:
-                    unseen += 1
-                    if first_unseen is None:
-                        first_unseen = len(uids)
-            self.snapshots.put(self.mailbox.id, self.known_modseq, self.known_visible,
-                               (array("q", uids), first_unseen, unseen, frozenset(keywords)))
-        self.uids = array("q", uids)
-        self.first_unseen, self.unseen_count = first_unseen, unseen
-        self.keywords = set(keywords)
-        return True
+    # -- what commands read -------------------------------------------------------------------
 
-    def _scan_flags(self, visible: int):
-        """(uid, Flags) of every visible message up to ``visible``, ascending."""
-        return self.store.uid_flags(self.mailbox, visible)
+    @property
+    def uids(self):
+        return self.index.uids
 
-    # -- sequence numbers --------------------------------------------------------------------
-
-    def seq_of(self, uid: int) -> int | None:
-        i = bisect.bisect_left(self.uids, uid)
-        return i + 1 if i < len(self.uids) and self.uids[i] == uid else None
+    @property
+    def known_visible(self) -> int:
+        return self.index.marks.visible
 
     @property
     def exists(self) -> int:
-        return len(self.uids)
+        return len(self.index.uids)
+
+    @property
+    def first_unseen(self) -> int | None:
+        return self.index.first_unseen
+
+    @property
+    def keywords(self) -> set[str]:
+        return self.index.keywords
+
+    def seq_of(self, uid: int) -> int | None:
+        return self.index.seq_of(uid)
+
+    def deleted_uids(self) -> list[int]:
+        """UIDs of this session's messages that have \\Deleted now (EXPUNGE, CLOSE): the ones
+        its index knows, corrected by the change log since, each confirmed on its row."""
+        candidates = set(self.index.deleted)
+        delta = self.store.changes_since(self.mailbox, self.index.marks)
+        if delta is None:
+            candidates = {uid for uid, flags in self.store.uid_flags(self.mailbox,
+                                                                     self.known_visible)
+                          if "\\Deleted" in flags.names}
+        else:
+            for uid, flags in delta.changed:
+                if "\\Deleted" in flags.names:
+                    candidates.add(uid)
+                else:
+                    candidates.discard(uid)
+        known = sorted(u for u in candidates if self.index.seq_of(u) is not None)
+        if not known:
+            return []
+        return [v.uid for v in self.store.fetch(self.mailbox, known, [FLAGS])
+                if "\\Deleted" in v.flags.names]
 
     # -- refresh ----------------------------------------------------------------------------
 
     def refresh(self) -> Changes:
         """Learn what changed since the last look; apply it to the sequence numbers."""
-        marks = self.store.change_marks([self.mailbox.id]).get(self.mailbox.id, (0, 0, 0))
-        modseq, visible, count = marks
         changes = Changes()
-        if modseq == self.known_modseq and visible == self.known_visible:
+        delta = self.store.changes_since(self.mailbox, self.index.marks)
+        if delta is None:
+            self._rescan(changes)
             return changes
-        new = []
-        if visible > self.known_visible:
-            new = list(self.store.scan(self.mailbox, low_uid=self.known_visible + 1,
-                                       high_uid=visible, columns=[FLAGS]))
-        own = sum(1 for m in self.own_flags.values() if m > self.known_modseq) + self.own_bumps
-        # Nothing but new messages and this session's own changes happened: every MODSEQ
-        # since the last look is accounted for, so no rescan is needed.
-        appends_only = (len(new) + own == modseq - self.known_modseq
-                        and count == len(self.uids) + len(new)
-                        and all(v.record.modseq > self.known_modseq for v in new))
-        own_flags, self.own_flags = self.own_flags, {}
-        self.own_bumps = 0
-        if appends_only:
-            for view in new:
-                self.uids.append(view.uid)
-                self.recent.add(view.uid)
-            if new:
-                changes.exists = len(self.uids)
-        else:
-            self._rescan(changes, visible, own_flags)
-        self.known_modseq = modseq
-        self.known_visible = visible
+        index = self.index
+        gone = {u for u in delta.gone if index.seq_of(u) is not None}
+        if gone:
+            changes.expunged_seqs = self._seqs_descending(gone)
+            index.remove(gone)
+            self.recent -= gone
+        last = index.uids[-1] if index.uids else 0
+        for uid, flags in delta.new:
+            if uid > last:
+                index.add(uid, flags)
+                self.recent.add(uid)
+                last = uid
+                changes.exists = len(index.uids)
+        for uid, flags in delta.changed:
+            seq = index.seq_of(uid)
+            if seq is None:
+                continue
+            index.note_flags(uid, flags)
+            if self.own_flags.pop(uid, None) != flags.modseq:
+                changes.flags.append((seq, uid, flags.names, flags.modseq))
+        index.marks = delta.marks
         return changes
 
-    def _rescan(self, changes: Changes, visible: int, own_flags: dict[int, int]) -> None:
-        current: dict[int, tuple[frozenset[str], int]] = {}
-        order = array("q")
-        for uid, flags in self._scan_flags(visible):
-            order.append(uid)
-            current[uid] = (flags.names, flags.modseq)
-        # Expunges: report from the highest sequence number down, so that each number is still
-        # valid when the client applies the previous EXPUNGE.
-        for seq in range(len(self.uids), 0, -1):
-            uid = self.uids[seq - 1]
-            if uid not in current:
-                changes.expunged_seqs.append(seq)
-                self.recent.discard(uid)
-        old_last = self.uids[-1] if self.uids else 0
-        kept = array("q", (u for u in self.uids if u in current))
-        added = [u for u in order if u > old_last]
-        kept.extend(added)
-        self.recent.update(added)
-        self.uids = kept
-        if added:
-            changes.exists = len(self.uids)
-        for seq, uid in enumerate(self.uids, start=1):
-            names, flag_modseq = current[uid]
-            if flag_modseq > self.known_modseq and uid not in added \
-                    and own_flags.get(uid) != flag_modseq:
-                changes.flags.append((seq, uid, names, flag_modseq))
+    def _rescan(self, changes: Changes) -> None:
+        """The change log was trimmed past our mark: read every row once and diff."""
+        old = self.index
+        now = self.store.marks([self.mailbox.id]).get(self.mailbox.id) or _ZERO
+        current = {}
+        for uid, flags in self.store.uid_flags(self.mailbox, now.visible):
+            current[uid] = flags
+        gone = {u for u in old.uids if u not in current}
+        changes.expunged_seqs = self._seqs_descending(gone)
+        old.remove(gone)
+        self.recent -= gone
+        last = old.uids[-1] if old.uids else 0
+        fresh = MailboxIndex(now)
+        for uid in old.uids:
+            fresh.add(uid, current[uid])
+        for uid in sorted(u for u in current if u > last):
+            fresh.add(uid, current[uid])
+            self.recent.add(uid)
+            changes.exists = len(fresh.uids)
+        for seq, uid in enumerate(old.uids, start=1):
+            flags = current[uid]
+            if flags.modseq > old.marks.modseq and self.own_flags.get(uid) != flags.modseq:
+                changes.flags.append((seq, uid, flags.names, flags.modseq))
+        self.own_flags.clear()
+        self.index = fresh
+
+    def _seqs_descending(self, gone: set[int]) -> list[int]:
+        """Sequence numbers of ``gone``, highest first: each is still valid when the client
+        applies the EXPUNGE before it (RFC 3501 7.4.1)."""
+        return sorted((self.index.seq_of(u) for u in gone), reverse=True)
 
     def note_own_flags(self, changed) -> None:
         """Remember flag changes this session reported itself, so a refresh does not repeat
         them as if another session had made them."""
+        if len(self.own_flags) > OWN_FLAGS_CAP:
+            self.own_flags.clear()
         for uid, flags in changed:
             self.own_flags[uid] = flags.modseq
-
-    def note_own_expunge(self) -> None:
-        """An expunge (or move out) by this session: one MODSEQ it already accounted for."""
-        self.own_bumps += 1
+            if self.index.seq_of(uid) is not None:
+                self.index.note_flags(uid, flags)
 
     def forget(self, uids: list[int]) -> list[int]:
         """Remove expunged UIDs this session itself expunged; returns their sequence numbers,
         descending (the order EXPUNGE responses must use)."""
-        seqs = []
-        gone = set(uids)
-        for seq in range(len(self.uids), 0, -1):
-            if self.uids[seq - 1] in gone:
-                seqs.append(seq)
-        self.uids = array("q", (u for u in self.uids if u not in gone))
-        self.recent.difference_update(gone)
+        gone = {u for u in uids if self.index.seq_of(u) is not None}
+        seqs = self._seqs_descending(gone)
+        self.index.remove(gone)
+        self.recent -= gone
         return seqs

@@ -9,7 +9,6 @@ from mailstore import errors
 
 from .notify import Watchers
 from .protocol import IMAPServerProtocol
-from .selected import Snapshots
 from .session import Session
 
 # Domain errors become NO with a response code (RFC 5530); the text names what was wrong.
@@ -36,7 +35,6 @@ class IMAPServer(protocol.ServerFactory):
         self.connections: set = set()
         self.per_user: dict[str, int] = {}
         self.watchers = Watchers(self)
-        self.snapshots = Snapshots()
         self.stopping = False
 
     def buildProtocol(self, addr):

@@ -30,9 +30,9 @@ SYSTEM_FLAGS = ("\\Answered", "\\Flagged", "\\Deleted", "\\Seen", "\\Draft")
 STATUS_ITEMS = ("MESSAGES", "RECENT", "UIDNEXT", "UIDVALIDITY", "UNSEEN")
 
 
-def _open(store, user: str, name: str, readonly: bool, snapshots) -> SelectedMailbox:
+def _open(store, user: str, name: str, readonly: bool) -> SelectedMailbox:
     mailbox = store.mailbox(user, name)
-    selected = SelectedMailbox(store, mailbox, readonly, snapshots)
+    selected = SelectedMailbox(store, mailbox, readonly)
     selected.load()
     return selected
 
@@ -44,10 +44,9 @@ def _select(ctx, readonly: bool):
     # RFC 3501 6.3.1: a failed SELECT leaves no mailbox selected.
     ctx.server.watchers.unwatch(ctx.session)
     ctx.session.selected = None
-    selected = yield ctx.call(_open, ctx.store, ctx.session.user, name, readonly,
-                              ctx.server.snapshots)
+    selected = yield ctx.call(_open, ctx.store, ctx.session.user, name, readonly)
     ctx.session.selected = selected
-    keywords = sorted(selected.keywords) if hasattr(selected, "keywords") else []
+    keywords = sorted(selected.keywords)
     flags = " ".join(list(SYSTEM_FLAGS) + keywords)
     ctx.untagged(f"FLAGS ({flags})".encode())
     if readonly:
@@ -148,10 +147,7 @@ def close(ctx):
     if not selected.readonly:
         # RFC 3501 6.4.2: expunge \Deleted messages silently.
         def run():
-            known = set(selected.uids)
-            doomed = [uid for uid, flags in ctx.store.uid_flags(selected.mailbox,
-                                                                 selected.known_visible)
-                      if uid in known and "\\Deleted" in flags.names]
+            doomed = selected.deleted_uids()
             if doomed:
                 ctx.store.expunge(selected.mailbox, doomed)
         yield ctx.call(run)

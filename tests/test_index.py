@@ -1,0 +1,195 @@
+"""Mailbox indexes (mailstore/index.py): SELECT without reading every message row.
+
+Issue 3: "SELECT of such a mailbox does not read every message row."  A process that never
+opened a mailbox starts from the stored checkpoint and the change log; what it gets must equal
+what a full read of the rows gives, whatever happened meanwhile in other processes.
+"""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from mailstore import keys
+from mailstore.index import MailboxIndex, Marks
+from mailstore.store import MailStore
+
+
+def msg(n: int) -> bytes:
+    return f"From: a@example.com\r\nSubject: m{n}\r\n\r\nbody {n}\r\n".encode()
+
+
+class CountingTable:
+    """Counts the message rows a store reads, by scan or by get."""
+
+    def __init__(self, table):
+        self.table = table
+        self.rows_read = 0
+
+    def scan(self, *args, **kwargs):
+        for item in self.table.scan(*args, **kwargs):
+            self.rows_read += 1
+            yield item
+
+    def rows(self, keys_, *args, **kwargs):
+        found = self.table.rows(keys_, *args, **kwargs)
+        self.rows_read += len(found)
+        return found
+
+    def __getattr__(self, name):
+        return getattr(self.table, name)
+
+
+@pytest.fixture
+def store(backend):
+    s = MailStore(backend)
+    s.create_user("ann", "pw", default_folders=False)
+    return s
+
+
+def fresh_process(backend) -> MailStore:
+    """Another server process: same store, nothing cached."""
+    return MailStore(backend, create_tables=False)
+
+
+def truth(store: MailStore, mailbox) -> MailboxIndex:
+    """The index read the slow way, from every row."""
+    now = store.marks([mailbox.id])[mailbox.id]
+    return store.indexes.build(mailbox, now)
+
+
+def same(a: MailboxIndex, b: MailboxIndex) -> bool:
+    """Same UIDs, unseen and deleted sets; keywords are never forgotten once used (as in
+    Dovecot: a FLAGS response may list a keyword no message has any more), so ``a`` may have
+    more than a fresh read ``b``."""
+    return (list(a.uids), a.unseen, a.deleted) == (list(b.uids), b.unseen, b.deleted) \
+        and a.keywords >= b.keywords
+
+
+def fill(store, n, seen_every=3):
+    inbox = store.mailbox("ann", "INBOX")
+    for i in range(n):
+        flags = ["\\Seen"] if i % seen_every else []
+        store.append("ann", "INBOX", msg(i), flags)
+    return inbox
+
+
+def test_first_select_in_a_new_process_reads_the_checkpoint_not_the_rows(backend, store):
+    inbox = fill(store, 300)
+    store.indexes.checkpoint_after = 100
+    first = store.open_index(inbox)            # builds from the rows, writes a checkpoint
+    assert len(first.uids) == 300
+    other = fresh_process(backend)
+    counting = CountingTable(other.messages.table)
+    other.messages.table = counting
+    other.indexes.messages = other.messages
+    index = other.open_index(inbox)
+    assert counting.rows_read == 0
+    assert same(index, first)
+    assert index.first_unseen == 1 and len(index.unseen) == 100
+
+
+def test_a_new_process_catches_up_from_the_checkpoint_by_the_change_only(backend, store):
+    inbox = fill(store, 300)
+    store.indexes.checkpoint_after = 100
+    store.open_index(inbox)
+    # Changes after the checkpoint: 3 new messages, 2 flag changes, 1 expunge.
+    for i in range(3):
+        store.append("ann", "INBOX", msg(1000 + i))
+    uids = store.uids(inbox)
+    store.store_flags(inbox, [uids[0], uids[5]], ["\\Seen", "$Work"])
+    store.expunge(inbox, [uids[7]])
+    other = fresh_process(backend)
+    counting = CountingTable(other.messages.table)
+    other.messages.table = counting
+    other.indexes.messages = other.messages
+    index = other.open_index(inbox)
+    assert counting.rows_read <= 3 + 3     # the new rows and the logged UIDs, nothing more
+    assert same(index, truth(other, inbox))
+    assert "$Work" in index.keywords and uids[7] not in index.uids
+
+
+def test_a_second_open_in_the_same_process_reads_no_row_when_nothing_changed(store):
+    inbox = fill(store, 50)
+    store.open_index(inbox)
+    counting = CountingTable(store.messages.table)
+    store.messages.table = counting
+    store.indexes.messages = store.messages
+    again = store.open_index(inbox)
+    assert counting.rows_read == 0 and len(again.uids) == 50
+    again.uids.append(10**6)                 # the caller's copy, not the cache
+    assert len(store.open_index(inbox).uids) == 50
+
+
+def test_a_trimmed_log_falls_back_to_reading_the_rows(backend, store):
+    inbox = fill(store, 20)
+    old = store.open_index(inbox)
+    uids = store.uids(inbox)
+    for uid in uids[:5]:
+        store.store_flags(inbox, [uid], ["\\Flagged"])
+    store.changes.trim(inbox.id, 4)
+    assert store.changes_since(inbox, old.marks) is None
+    other = fresh_process(backend)
+    other.indexes.save_checkpoint(inbox.id, old)   # an old checkpoint the log no longer reaches
+    assert same(other.open_index(inbox), truth(other, inbox))
+
+
+def test_a_checkpoint_that_does_not_decode_is_ignored(backend, store):
+    inbox = fill(store, 10)
+    store.changes.table.put(keys.checkpoint_key(inbox.id), {b"k:meta": b"{not json"})
+    assert same(fresh_process(backend).open_index(inbox), truth(store, inbox))
+
+
+def test_writing_a_checkpoint_trims_the_log_behind_it(store):
+    inbox = fill(store, 10)
+    store.indexes.keep_log = 3
+    uids = store.uids(inbox)
+    for uid in uids:
+        store.store_flags(inbox, [uid], ["\\Answered"])
+    store.indexes.save_checkpoint(inbox.id, store.open_index(inbox))
+    entries = list(store.changes.table.scan(start=keys.change_key(inbox.id, 1),
+                                            stop=keys.change_key(inbox.id, 10**6)))
+    assert [keys.change_key_seq(k) for k, _ in entries] == [8, 9, 10]
+
+
+def test_an_older_checkpoint_never_replaces_a_newer_one(store):
+    inbox = fill(store, 5)
+    new = store.open_index(inbox)
+    store.indexes.save_checkpoint(inbox.id, new)
+    stale = MailboxIndex(Marks(0, 1, 0))
+    store.indexes.save_checkpoint(inbox.id, stale)
+    assert store.indexes.load_checkpoint(inbox.id).marks == new.marks
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_indexes_match_the_rows_after_random_changes_from_other_processes(backend, store, seed):
+    """Random appends, flag changes, expunges and moves by one process; a second process that
+    opens the mailbox now and then (from its cache, from checkpoints, through the log) must
+    always see exactly what the rows say."""
+    rng = random.Random(seed)
+    store.create_mailbox("ann", "Archive")
+    inbox = fill(store, 30)
+    archive = store.mailbox("ann", "Archive")
+    other = fresh_process(backend)
+    other.indexes.checkpoint_after = 7
+    third = fresh_process(backend)
+    for step in range(40):
+        uids = store.uids(inbox)
+        op = rng.choice(["append", "flags", "flags", "expunge", "move"])
+        if op == "append" or not uids:
+            store.append("ann", "INBOX", msg(step), rng.choice([[], ["\\Seen"], ["$x"]]))
+        elif op == "flags":
+            chosen = rng.sample(uids, min(len(uids), rng.randint(1, 4)))
+            store.store_flags(inbox, chosen, rng.choice([["\\Seen"], ["\\Deleted"], ["$y"]]),
+                              rng.choice(["add", "remove", "replace"]))
+        elif op == "expunge":
+            store.expunge(inbox, rng.sample(uids, 1))
+        else:
+            store.move(inbox, rng.sample(uids, 1), archive)
+        if step % 3 == 0:
+            assert same(other.open_index(inbox), truth(store, inbox)), step
+        if step % 11 == 0:
+            assert same(third.open_index(inbox), truth(store, inbox)), step
+            third = fresh_process(backend)      # a restart: from the checkpoint next time
+    assert same(other.open_index(archive), truth(store, archive))
