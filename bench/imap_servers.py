@@ -119,6 +119,8 @@ def fill_ours(data_dir: str, mail: Mail) -> None:
             msg = box.corpus[i % len(box.corpus)]
             store.add_stored(inbox, stored[id(msg)], seen if box.seen(i) else unseen,
                              1_700_000_000.0 + i)
+        # As `mailadmin import` does at its end: the index checkpoint (docs/decisions/0009).
+        store.open_index(inbox)
     store.backend.sync()
     store.close()
 

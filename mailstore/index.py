@@ -5,8 +5,9 @@ how many there are and the first unseen one (RFC 3501 6.3.1).  Reading that from
 rows costs one row per message: about half a second at 100,000 messages.  Instead (docs/
 decisions/0009-change-log-and-checkpoints.md):
 
-* A :class:`MailboxIndex` holds the UIDs, the unseen and \\Deleted UIDs and the keywords in use,
-  valid as of two marks: the UID watermark and the change-log watermark it was read at.
+* A :class:`MailboxIndex` holds the UIDs, the unseen UIDs, those with \\Deleted, \\Flagged,
+  \\Answered or \\Draft, and the keywords in use, valid as of two marks: the UID watermark
+  and the change-log watermark it was read at.
 * It is brought up to date from those marks by a :class:`Delta`: one bounded scan of the UIDs
   above the old watermark, plus the rows of the UIDs the change log names since the old log
   mark.  The cost is that of the change, not of the mailbox.
@@ -43,7 +44,10 @@ from .schema import CHANGES, MAILBOXES
 META = b"k:meta"
 UIDS = b"k:uids"
 UNSEEN = b"k:unseen"
-DELETED = b"k:deleted"
+TRACKED = ("\\Deleted", "\\Flagged", "\\Answered", "\\Draft")
+"""System flags whose UIDs an index keeps (besides the unseen ones): EXPUNGE needs \\Deleted,
+and SEARCH on any system flag is then answered without reading rows."""
+FLAG_CELLS = {flag: b"k:" + flag[1:].lower().encode() for flag in TRACKED}
 CHECKPOINT_VERSION = 1
 
 
@@ -71,19 +75,24 @@ class Delta:
 
 
 class MailboxIndex:
-    """UIDs (ascending), unseen and \\Deleted UIDs, keywords in use, as of ``marks``."""
+    """UIDs (ascending), the unseen UIDs and those with each of the ``TRACKED`` system flags,
+    and the keywords in use, as of ``marks``."""
 
     def __init__(self, marks: Marks, uids: array | None = None, unseen: set[int] | None = None,
-                 deleted: set[int] | None = None, keywords: set[str] | None = None):
+                 flagged: dict[str, set[int]] | None = None, keywords: set[str] | None = None):
         self.marks = marks
         self.uids = uids if uids is not None else array("Q")
         self.unseen = unseen if unseen is not None else set()
-        self.deleted = deleted if deleted is not None else set()
+        self.flagged = {flag: set((flagged or {}).get(flag, ())) for flag in TRACKED}
         self.keywords = keywords if keywords is not None else set()
+
+    @property
+    def deleted(self) -> set[int]:
+        return self.flagged["\\Deleted"]
 
     def copy(self) -> MailboxIndex:
         return MailboxIndex(self.marks, array("Q", self.uids), set(self.unseen),
-                            set(self.deleted), set(self.keywords))
+                            self.flagged, set(self.keywords))
 
     def seq_of(self, uid: int) -> int | None:
         i = bisect.bisect_left(self.uids, uid)
@@ -100,10 +109,11 @@ class MailboxIndex:
             self.unseen.discard(uid)
         else:
             self.unseen.add(uid)
-        if "\\Deleted" in flags.names:
-            self.deleted.add(uid)
-        else:
-            self.deleted.discard(uid)
+        for flag, uids in self.flagged.items():
+            if flag in flags.names:
+                uids.add(uid)
+            else:
+                uids.discard(uid)
         self.keywords.update(f for f in flags.names if not f.startswith("\\"))
 
     def add(self, uid: int, flags: Flags) -> None:
@@ -115,7 +125,8 @@ class MailboxIndex:
         if gone:
             self.uids = array("Q", (u for u in self.uids if u not in gone))
             self.unseen -= gone
-            self.deleted -= gone
+            for uids in self.flagged.values():
+                uids -= gone
 
     def apply(self, delta: Delta) -> None:
         self.remove(delta.gone)
@@ -135,8 +146,10 @@ class MailboxIndex:
         meta = {"v": CHECKPOINT_VERSION, "modseq": self.marks.modseq,
                 "visible": self.marks.visible, "logmark": self.marks.logmark,
                 "count": len(self.uids), "keywords": sorted(self.keywords)}
-        return {META: json.dumps(meta).encode(), UIDS: pack_uids(self.uids),
-                UNSEEN: pack_uids(self.unseen), DELETED: pack_uids(self.deleted)}
+        cells = {META: json.dumps(meta).encode(), UIDS: pack_uids(self.uids),
+                 UNSEEN: pack_uids(self.unseen)}
+        cells.update({FLAG_CELLS[flag]: pack_uids(uids) for flag, uids in self.flagged.items()})
+        return cells
 
     @classmethod
     def decode(cls, row: dict[bytes, bytes]) -> MailboxIndex | None:
@@ -148,9 +161,10 @@ class MailboxIndex:
             uids = unpack_uids(row.get(UIDS, b""))
             if len(uids) != meta["count"]:
                 return None
+            flagged = {flag: set(unpack_uids(row.get(cell, b"")))
+                       for flag, cell in FLAG_CELLS.items()}
             return cls(Marks(meta["modseq"], meta["visible"], meta["logmark"]), uids,
-                       set(unpack_uids(row.get(UNSEEN, b""))),
-                       set(unpack_uids(row.get(DELETED, b""))), set(meta["keywords"]))
+                       set(unpack_uids(row.get(UNSEEN, b""))), flagged, set(meta["keywords"]))
         except (KeyError, ValueError, TypeError):
             return None
 
@@ -240,7 +254,8 @@ class Indexes:
         return index
 
     def load_checkpoint(self, mailbox_id: bytes) -> MailboxIndex | None:
-        row = self.table.row(keys.checkpoint_key(mailbox_id), [META, UIDS, UNSEEN, DELETED])
+        row = self.table.row(keys.checkpoint_key(mailbox_id),
+                             [META, UIDS, UNSEEN, *FLAG_CELLS.values()])
         return MailboxIndex.decode(row) if row else None
 
     def save_checkpoint(self, mailbox_id: bytes, index: MailboxIndex) -> None:

@@ -71,6 +71,16 @@ def test_mbox_import_keeps_flags_dates_and_content(data_dir, tmp_path):
     old = {r["name"]: r for r in listed}["Old/2020"]
     assert old["messages"] == 40
     assert old["unseen"] == sum(1 for m in messages if "\\Seen" not in m.flags)
+    # The import left the mailbox's index checkpoint behind (docs/decisions/0009): the first
+    # SELECT of any process starts from it, not from the message rows.
+    store = MailStore(EmbeddedBackend(data_dir))
+    try:
+        box = store.mailbox("bob", "Old/2020")
+        checkpoint = store.indexes.load_checkpoint(box.id)
+        assert checkpoint is not None and len(checkpoint.uids) == 40
+        assert len(checkpoint.unseen) == old["unseen"]
+    finally:
+        store.close()
 
 
 def test_mbox_round_trip_is_byte_identical(data_dir, tmp_path):

@@ -83,3 +83,50 @@ def test_two_frontends_share_users_changes_and_uids(tmp_path):
         assert noop[:2] == [b"* 2 EXPUNGE", b"* 1 EXPUNGE"]
         editor.close()
         watcher.close()
+
+
+def uid_flags(client: Client) -> list[bytes]:
+    return client.cmd("f", "FETCH 1:* (UID FLAGS)")[:-1]
+
+
+def test_flag_changes_and_moves_through_one_frontend_reach_the_other(tmp_path):
+    """RFC 3501 7.4.1 / RFC 2177: FETCH FLAGS and EXPUNGE for changes made in another process,
+    found through the change log (docs/decisions/0009) and pushed to IDLE within a second; and
+    a process's first SELECT (from the stored checkpoint) agrees with a long-running one."""
+    data_dir = str(tmp_path / "store")
+    make_users(data_dir, ("fay", "pw"))
+    with ServerProcess(data_dir) as one, ServerProcess(data_dir) as two:
+        editor = login(one)
+        for i in range(6):
+            data = message(i)
+            editor.send(b"a APPEND INBOX {%d+}\r\n" % len(data) + data + b"\r\n")
+            assert editor.until_tagged("a")[-1].startswith(b"a OK")
+        editor.cmd("s", "SELECT INBOX")
+        watcher = login(two)
+        assert b"* 6 EXISTS" in watcher.cmd("s", "SELECT INBOX")
+        watcher.send(b"i IDLE\r\n")
+        assert watcher.read_line() == b"+ idling"
+        watcher.sock.settimeout(5)
+
+        start = time.monotonic()
+        editor.cmd("st", "STORE 2 +FLAGS.SILENT (\\Seen $Todo)")
+        line = watcher.read_line()
+        assert time.monotonic() - start < 1.5
+        assert re.fullmatch(rb"\* 2 FETCH \(UID 2 FLAGS \((\\Seen \$Todo|\$Todo \\Seen)\)\)",
+                            line), line
+        assert editor.cmd("m", "MOVE 3 Archive")[-1] == b"m OK MOVE completed"
+        assert watcher.read_line() == b"* 3 EXPUNGE"
+        watcher.send(b"DONE\r\n")
+        assert watcher.read_line() == b"i OK IDLE completed"
+        assert uid_flags(watcher) == uid_flags(editor)
+
+        # A third process opens the mailbox for the first time: same view as the others.
+        with ServerProcess(data_dir) as three:
+            late = login(three)
+            first = late.cmd("s", "SELECT INBOX")
+            assert b"* 5 EXISTS" in first and b"* OK [UNSEEN 1] First unseen" in first
+            assert any(b"$Todo" in ln for ln in first if ln.startswith(b"* FLAGS"))
+            assert uid_flags(late) == uid_flags(editor)
+            late.close()
+        editor.close()
+        watcher.close()

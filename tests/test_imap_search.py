@@ -582,3 +582,44 @@ def test_stream_matcher_finds_needles_straddling_pieces():
     matcher.reset()
     matcher.feed("Q")
     assert matcher.done
+
+
+FLAG_PROGRAMS = [
+    b"UNSEEN", b"SEEN", b"DELETED", b"UNDELETED", b"FLAGGED", b"UNFLAGGED", b"ANSWERED",
+    b"UNANSWERED", b"DRAFT", b"UNDRAFT", b"ALL", b"NEW", b"OLD", b"RECENT",
+    b"NOT SEEN", b"OR FLAGGED DELETED", b"UNSEEN 2:5", b"NOT (SEEN OR ANSWERED DRAFT)",
+    b"UID 3:* OR DELETED NOT FLAGGED", b"KEYWORD $work", b"1,4,7 UNDELETED",
+]
+
+
+def test_flag_searches_from_the_session_index_equal_reading_the_rows(store):
+    """RFC 3501 6.4.4 flag keys answered by set algebra over a session's index (decision
+    0009) give exactly what evaluating each message's row gives, and read no row."""
+    import random
+
+    from imapserver.imap.search import answerable_from_flags
+    from imapserver.imap.selected import SelectedMailbox
+
+    user = store.create_user("flags", "pw", default_folders=False)
+    box = store.mailbox(user, "INBOX")
+    rng = random.Random(7)
+    names = ["\\Seen", "\\Deleted", "\\Flagged", "\\Answered", "\\Draft", "$Work"]
+    for i in range(40):
+        store.append(user, "INBOX", message(i), rng.sample(names, rng.randint(0, 3)))
+    store.expunge(box, [3, 17])
+    session = SelectedMailbox(store, box, readonly=False)
+    session.load()
+    # Changed by "another session" after this one's last refresh: the log corrects the index.
+    store.store_flags(box, [1, 2, 5, 8], ["\\Flagged", "\\Seen"], "replace")
+    uids = list(session.uids)
+    recent = set(uids[-3:])
+    for text in FLAG_PROGRAMS:
+        program = parse(text)
+        expected = evaluate(program, store, box, uids, recent)
+        if not answerable_from_flags(program):
+            assert text == b"KEYWORD $work"  # keywords are not in the index: rows are read
+            continue
+        counting = CountingStore(store)
+        got = evaluate(program, counting, box, uids, recent, flag_sets=session.flag_sets())
+        assert got == expected, text
+        assert counting.fetches == [] and counting.scans == [], text

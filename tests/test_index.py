@@ -63,7 +63,7 @@ def same(a: MailboxIndex, b: MailboxIndex) -> bool:
     """Same UIDs, unseen and deleted sets; keywords are never forgotten once used (as in
     Dovecot: a FLAGS response may list a keyword no message has any more), so ``a`` may have
     more than a fresh read ``b``."""
-    return (list(a.uids), a.unseen, a.deleted) == (list(b.uids), b.unseen, b.deleted) \
+    return (list(a.uids), a.unseen, a.flagged) == (list(b.uids), b.unseen, b.flagged) \
         and a.keywords >= b.keywords
 
 
@@ -181,7 +181,8 @@ def test_indexes_match_the_rows_after_random_changes_from_other_processes(backen
             store.append("ann", "INBOX", msg(step), rng.choice([[], ["\\Seen"], ["$x"]]))
         elif op == "flags":
             chosen = rng.sample(uids, min(len(uids), rng.randint(1, 4)))
-            store.store_flags(inbox, chosen, rng.choice([["\\Seen"], ["\\Deleted"], ["$y"]]),
+            store.store_flags(inbox, chosen, rng.choice([["\\Seen"], ["\\Deleted"], ["$y"],
+                                                         ["\\Flagged", "\\Draft"]]),
                               rng.choice(["add", "remove", "replace"]))
         elif op == "expunge":
             store.expunge(inbox, rng.sample(uids, 1))

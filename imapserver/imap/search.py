@@ -20,8 +20,8 @@ A handler does::
 
 from __future__ import annotations
 
-from .search_eval import BATCH_SIZE, evaluate
+from .search_eval import BATCH_SIZE, answerable_from_flags, evaluate
 from .search_parse import SUPPORTED_CHARSETS, BadCharset, SearchProgram, parse_search
 
-__all__ = ["BATCH_SIZE", "SUPPORTED_CHARSETS", "BadCharset", "SearchProgram", "evaluate",
-           "parse_search"]
+__all__ = ["BATCH_SIZE", "SUPPORTED_CHARSETS", "BadCharset", "SearchProgram",
+           "answerable_from_flags", "evaluate", "parse_search"]

@@ -73,16 +73,21 @@ Test = Callable[["_Message"], "bool | None"]
 
 
 def evaluate(program: SearchProgram, store, mailbox, uids: list[int],
-             recent: set[int] | None = None, *, batch_size: int = BATCH_SIZE) -> list[int]:
+             recent: set[int] | None = None, *, batch_size: int = BATCH_SIZE,
+             flag_sets: dict[str, set[int]] | None = None) -> list[int]:
     """The UIDs of the messages that match ``program``, ascending.
 
     ``store`` is the :class:`~mailstore.store.MailStore` and ``mailbox`` the selected
     :class:`~mailstore.mailboxes.Mailbox`.  ``uids`` is the session's UID list (ascending;
     index + 1 is the message sequence number); only those messages are searched, and one
     expunged by another session meanwhile matches nothing.  ``recent`` holds the UIDs that are
-    \\Recent in this session.  Store errors (:mod:`mailstore.errors`) propagate.
+    \\Recent in this session.  ``flag_sets`` (lower-case system flag -> the UIDs that have
+    it), when given, answers a program made only of flag, sequence and RECENT keys by set
+    algebra, reading nothing.  Store errors (:mod:`mailstore.errors`) propagate.
     """
     recent = recent or set()
+    if flag_sets is not None and answerable_from_flags(program):
+        return sorted(_from_sets(program.key, uids, recent, flag_sets, set(uids)))
     test = _compile(program.key, uids, recent)
     tiers = program.tiers
     content_keys = sorted({k for k in walk(program.key)
@@ -114,6 +119,44 @@ def evaluate(program: SearchProgram, store, mailbox, uids: list[int],
         batch = [_Message(uid) for uid in candidates[start:start + batch_size]]
         matched += _run_batch(batch, test, stages, store, mailbox, content_keys, summaries)
     return matched
+
+
+_SYSTEM = frozenset(("\\seen", "\\deleted", "\\flagged", "\\answered", "\\draft"))
+
+
+def answerable_from_flags(program: SearchProgram) -> bool:
+    """Whether only system flags, sequence sets and RECENT matter (UNSEEN, DELETED, NOT
+    FLAGGED, OR ANSWERED DRAFT, ...): a session's index can answer that alone."""
+    return all(isinstance(k, _FLAG_ONLY) and (not isinstance(k, FlagKey)
+                                              or k.flag.lower() in _SYSTEM)
+               for k in walk(program.key))
+
+
+def _from_sets(key: Key, uids: list[int], recent: set[int], sets: dict[str, set[int]],
+               every: set[int]) -> set[int]:
+    if isinstance(key, AllKey):
+        return every
+    if isinstance(key, RecentKey):
+        return every & recent
+    if isinstance(key, SequenceKey):
+        out: set[int] = set()
+        for start, stop in key.seqset.slices(uids, key.uid, strict=False):
+            out.update(uids[start:stop])
+        return out
+    if isinstance(key, FlagKey):
+        having = sets.get(key.flag.lower(), set()) & every
+        return having if key.present else every - having
+    if isinstance(key, NotKey):
+        return every - _from_sets(key.key, uids, recent, sets, every)
+    if isinstance(key, OrKey):
+        return (_from_sets(key.left, uids, recent, sets, every)
+                | _from_sets(key.right, uids, recent, sets, every))
+    if isinstance(key, AndKey):
+        out = every
+        for k in key.keys:
+            out = out & _from_sets(k, uids, recent, sets, every)
+        return out
+    raise TypeError(f"not a flag key: {key!r}")
 
 
 class _FlagsOnly:

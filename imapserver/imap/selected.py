@@ -112,6 +112,27 @@ class SelectedMailbox:
         return [v.uid for v in self.store.fetch(self.mailbox, known, [FLAGS])
                 if "\\Deleted" in v.flags.names]
 
+    def flag_sets(self) -> dict[str, set[int]] | None:
+        """For SEARCH: the session's UIDs having each system flag (lower-case names), from its
+        index corrected by the change log since its last refresh -- no row read but those the
+        log names.  None when the log no longer reaches back (SEARCH then reads the rows)."""
+        delta = self.store.changes_since(self.mailbox, self.index.marks)
+        if delta is None:
+            return None
+        every = set(self.index.uids)
+        seen = every - self.index.unseen
+        sets = {flag.lower(): set(uids) for flag, uids in self.index.flagged.items()}
+        for uid, flags in delta.changed:
+            if uid not in every:
+                continue
+            for name, uids in (("\\seen", seen), *sets.items()):
+                if any(f.lower() == name for f in flags.names):
+                    uids.add(uid)
+                else:
+                    uids.discard(uid)
+        sets["\\seen"] = seen
+        return sets
+
     # -- refresh ----------------------------------------------------------------------------
 
     def refresh(self) -> Changes:

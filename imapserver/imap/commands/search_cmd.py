@@ -8,7 +8,7 @@ from __future__ import annotations
 from twisted.internet import defer
 
 from ..context import SELECTED, Bad, No, command
-from ..search import BadCharset, evaluate, parse_search
+from ..search import BadCharset, answerable_from_flags, evaluate, parse_search
 
 
 @defer.inlineCallbacks
@@ -23,8 +23,14 @@ def search_command(ctx, uid_mode: bool):
         raise Bad(str(exc)) from None
     selected = ctx.session.selected
     uids = list(selected.uids)
-    matched = yield ctx.call(evaluate, program, ctx.store, selected.mailbox, uids,
-                             set(selected.recent))
+    recent = set(selected.recent)
+
+    def run():
+        # Keys on system flags only (UNSEEN, DELETED, ...): answered from the session's index.
+        flag_sets = selected.flag_sets() if answerable_from_flags(program) else None
+        return evaluate(program, ctx.store, selected.mailbox, uids, recent,
+                        flag_sets=flag_sets)
+    matched = yield ctx.call(run)
     numbers = program.response_numbers(matched, uids)
     ctx.untagged(b"SEARCH" + b"".join(b" %d" % n for n in numbers))
 
