@@ -49,6 +49,12 @@ TRACKED = ("\\Deleted", "\\Flagged", "\\Answered", "\\Draft")
 and SEARCH on any system flag is then answered without reading rows."""
 FLAG_CELLS = {flag: b"k:" + flag[1:].lower().encode() for flag in TRACKED}
 CHECKPOINT_VERSION = 1
+CHECKPOINT_EVERY = 1000
+"""Delivery refreshes a mailbox's checkpoint each time a UID is a multiple of this."""
+GET_BATCH = 500
+"""Rows per multi-get when re-reading the rows a change log names."""
+SCAN_ABOVE = 5000
+"""Above this many rows to re-read, one bounded scan of their UID range instead."""
 
 
 class Marks(NamedTuple):
@@ -209,10 +215,18 @@ class Indexes:
         if touched is None:
             return None
         wanted = sorted(u for u in touched if u <= since.visible)
-        if wanted:
-            views = self.messages.get(mailbox.id, wanted, [FLAGS])
-            delta.changed = [(v.uid, v.flags) for v in views]
-            delta.gone = set(wanted) - {v.uid for v in views}
+        if not wanted:
+            return delta
+        if len(wanted) > SCAN_ABOVE:
+            # Many (a STORE on 1:*): one bounded scan of the range beats multi-gets.
+            keep = set(wanted)
+            views = [v for v in self.messages.scan(mailbox.id, wanted[0], wanted[-1], [FLAGS],
+                                                   batch_size=5000) if v.uid in keep]
+        else:
+            views = [v for i in range(0, len(wanted), GET_BATCH)
+                     for v in self.messages.get(mailbox.id, wanted[i:i + GET_BATCH], [FLAGS])]
+        delta.changed = [(v.uid, v.flags) for v in views]
+        delta.gone = set(wanted) - {v.uid for v in views}
         return delta
 
     def open(self, mailbox: Mailbox) -> MailboxIndex:
@@ -239,6 +253,19 @@ class Indexes:
             self.save_checkpoint(mailbox.id, index)
         self._remember(mailbox.id, index)
         return index.copy()
+
+    def refresh_checkpoint(self, mailbox: Mailbox) -> None:
+        """Bring the stored checkpoint up to date without caching the index in this process
+        (for writers: delivery calls it every ``CHECKPOINT_EVERY`` UIDs, so even a mailbox
+        nobody opens keeps a checkpoint close behind)."""
+        now = self.marks([mailbox.id]).get(mailbox.id, Marks(0, 0, 0))
+        index = self.load_checkpoint(mailbox.id)
+        delta = self.delta(mailbox, index.marks, now) if index is not None else None
+        if delta is None:
+            index = self.build(mailbox, now)
+        else:
+            index.apply(delta)
+        self.save_checkpoint(mailbox.id, index)
 
     def build(self, mailbox: Mailbox, now: Marks) -> MailboxIndex:
         """An index read from the message rows themselves (the commit and flag cells)."""

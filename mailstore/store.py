@@ -19,7 +19,7 @@ from .backends.base import Backend, Mutation
 from .changelog import ChangeLog
 from .content import DEFAULT_CHUNK, ContentStore
 from .errors import AlreadyExists, InvalidName, NotFound, OverQuota, TooLarge
-from .index import Delta, Indexes, MailboxIndex, Marks
+from .index import CHECKPOINT_EVERY, Delta, Indexes, MailboxIndex, Marks
 from .mailboxes import DEFAULT_FOLDERS, Mailbox, Mailboxes
 from .messages import FLAGS, STATE, SUMMARY, Messages, MessageView, StoredContent
 from .records import COMMITTED, DELETING, MOVING, VISIBLE_STATES, Flags, MessageRecord, state_of
@@ -259,6 +259,14 @@ class MailStore:
                    internal_date: float | None = None) -> int:
         """Add a message row for content already ingested (one of its references); its UID."""
         uid, _modseq = self.messages.add(mailbox, stored, flags, internal_date)
+        if uid % CHECKPOINT_EVERY == 0:
+            # Keep the index checkpoint near, so that the first SELECT of a mailbox filled
+            # only by delivery does not read every row (docs/decisions/0009).  Derived data:
+            # the message is stored whatever happens here, and the next multiple retries.
+            try:
+                self.indexes.refresh_checkpoint(mailbox)
+            except Exception:
+                pass
         return uid
 
     @durable

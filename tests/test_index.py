@@ -194,3 +194,45 @@ def test_indexes_match_the_rows_after_random_changes_from_other_processes(backen
             assert same(third.open_index(inbox), truth(store, inbox)), step
             third = fresh_process(backend)      # a restart: from the checkpoint next time
     assert same(other.open_index(archive), truth(store, archive))
+
+
+def test_a_change_to_many_messages_is_read_back_by_one_scan(backend, store):
+    """STORE 1:* on a big mailbox: the delta re-reads the rows by one bounded scan, and
+    still reports exactly what changed (``SCAN_ABOVE`` lowered to exercise the path)."""
+    import mailstore.index as index_module
+
+    inbox = fill(store, 60)
+    old = store.open_index(inbox)
+    uids = store.uids(inbox)
+    store.store_flags(inbox, uids, ["\\Flagged"])
+    store.expunge(inbox, uids[10:12])
+    saved = index_module.SCAN_ABOVE
+    index_module.SCAN_ABOVE = 20
+    try:
+        delta = store.changes_since(inbox, old.marks)
+    finally:
+        index_module.SCAN_ABOVE = saved
+    assert delta.gone == set(uids[10:12])
+    assert sorted(u for u, _ in delta.changed) == uids[:10] + uids[12:]
+    assert all("\\Flagged" in f.names for _, f in delta.changed)
+    old.apply(delta)
+    assert same(old, truth(store, inbox))
+
+
+def test_delivery_keeps_a_checkpoint_close_behind_a_mailbox_nobody_opens(backend, store,
+                                                                        monkeypatch):
+    """A mailbox filled only by delivery still gets a checkpoint every CHECKPOINT_EVERY UIDs,
+    so its first SELECT reads at most that many rows."""
+    monkeypatch.setattr("mailstore.store.CHECKPOINT_EVERY", 10)
+    inbox = store.mailbox("ann", "INBOX")
+    for i in range(25):
+        store.append("ann", "INBOX", msg(i))
+    checkpoint = store.indexes.load_checkpoint(inbox.id)
+    assert checkpoint is not None and len(checkpoint.uids) == 20
+    assert store.indexes._cache == {}          # the delivering process caches nothing
+    other = fresh_process(backend)
+    counting = CountingTable(other.messages.table)
+    other.messages.table = counting
+    other.indexes.messages = other.messages
+    assert same(other.open_index(inbox), truth(store, inbox))
+    assert counting.rows_read == 5
