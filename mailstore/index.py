@@ -237,15 +237,10 @@ class Indexes:
         if cached is not None and cached.marks == now:
             self._remember(mailbox.id, cached)
             return cached.copy()
-        work = 0
-        index = cached.copy() if cached is not None else self.load_checkpoint(mailbox.id)
-        if index is not None:
-            delta = self.delta(mailbox, index.marks, now)
-            if delta is None:
-                index = None
-            else:
-                index.apply(delta)
-                work = delta.size
+        index, work = self._catch_up(mailbox, cached.copy() if cached else None, now)
+        if index is None:
+            # Our cached copy is older than the log kept: try the stored checkpoint.
+            index, work = self._catch_up(mailbox, self.load_checkpoint(mailbox.id), now)
         if index is None:
             index = self.build(mailbox, now)
             work = len(index.uids) + self.checkpoint_after
@@ -254,18 +249,25 @@ class Indexes:
         self._remember(mailbox.id, index)
         return index.copy()
 
+    def _catch_up(self, mailbox: Mailbox, index: MailboxIndex | None, now: Marks
+                  ) -> tuple[MailboxIndex | None, int]:
+        """``index`` brought to ``now`` and the number of rows that took; (None, 0) if there
+        is no index or the log no longer reaches back to it."""
+        if index is None:
+            return None, 0
+        delta = self.delta(mailbox, index.marks, now)
+        if delta is None:
+            return None, 0
+        index.apply(delta)
+        return index, delta.size
+
     def refresh_checkpoint(self, mailbox: Mailbox) -> None:
         """Bring the stored checkpoint up to date without caching the index in this process
         (for writers: delivery calls it every ``CHECKPOINT_EVERY`` UIDs, so even a mailbox
         nobody opens keeps a checkpoint close behind)."""
         now = self.marks([mailbox.id]).get(mailbox.id, Marks(0, 0, 0))
-        index = self.load_checkpoint(mailbox.id)
-        delta = self.delta(mailbox, index.marks, now) if index is not None else None
-        if delta is None:
-            index = self.build(mailbox, now)
-        else:
-            index.apply(delta)
-        self.save_checkpoint(mailbox.id, index)
+        index, _work = self._catch_up(mailbox, self.load_checkpoint(mailbox.id), now)
+        self.save_checkpoint(mailbox.id, index or self.build(mailbox, now))
 
     def build(self, mailbox: Mailbox, now: Marks) -> MailboxIndex:
         """An index read from the message rows themselves (the commit and flag cells)."""

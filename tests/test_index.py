@@ -236,3 +236,19 @@ def test_delivery_keeps_a_checkpoint_close_behind_a_mailbox_nobody_opens(backend
     other.indexes.messages = other.messages
     assert same(other.open_index(inbox), truth(store, inbox))
     assert counting.rows_read == 5
+
+
+def test_a_cached_index_older_than_the_log_starts_again_from_the_checkpoint(backend, store):
+    inbox = fill(store, 30)
+    other = fresh_process(backend)
+    other.open_index(inbox)                       # cached in the other process
+    uids = store.uids(inbox)
+    for uid in uids[:6]:
+        store.store_flags(inbox, [uid], ["\\Answered"])
+    store.indexes.keep_log = 2
+    store.indexes.save_checkpoint(inbox.id, store.open_index(inbox))   # trims the log
+    counting = CountingTable(other.messages.table)
+    other.messages.table = counting
+    other.indexes.messages = other.messages
+    assert same(other.open_index(inbox), truth(store, inbox))
+    assert counting.rows_read == 0                # from the checkpoint, not from the rows
