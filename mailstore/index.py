@@ -80,25 +80,91 @@ class Delta:
         return len(self.new) + len(self.changed) + len(self.gone)
 
 
+class UidSet:
+    """A set of UIDs kept as a sorted ``array('Q')``: 8 bytes a UID, where a Python set of ints
+    takes about 70.  Every session holds one per tracked flag of its mailbox, and a junk folder
+    with 100,000 unseen messages would otherwise cost each of them 7 MB."""
+
+    __slots__ = ("_uids",)
+
+    def __init__(self, uids=()):
+        self._uids = array("Q", sorted(set(uids)))
+
+    @classmethod
+    def _wrap(cls, sorted_uids: array) -> UidSet:
+        out = cls.__new__(cls)
+        out._uids = sorted_uids
+        return out
+
+    def _find(self, uid: int) -> int:
+        return bisect.bisect_left(self._uids, uid)
+
+    def __contains__(self, uid: int) -> bool:
+        i = self._find(uid)
+        return i < len(self._uids) and self._uids[i] == uid
+
+    def add(self, uid: int) -> None:
+        uids = self._uids
+        if not uids or uid > uids[-1]:
+            uids.append(uid)   # the common case: a new message
+            return
+        i = self._find(uid)
+        if uids[i] != uid:
+            uids.insert(i, uid)
+
+    def discard(self, uid: int) -> None:
+        i = self._find(uid)
+        if i < len(self._uids) and self._uids[i] == uid:
+            del self._uids[i]
+
+    def difference_update(self, gone: set[int]) -> None:
+        if gone:
+            self._uids = array("Q", (u for u in self._uids if u not in gone))
+
+    def first(self) -> int:
+        return self._uids[0]
+
+    def copy(self) -> UidSet:
+        return UidSet._wrap(array("Q", self._uids))
+
+    def __len__(self) -> int:
+        return len(self._uids)
+
+    def __iter__(self):
+        return iter(self._uids)
+
+    def __eq__(self, other) -> bool:
+        if isinstance(other, UidSet):
+            return self._uids == other._uids
+        if isinstance(other, (set, frozenset)):
+            return set(self._uids) == other
+        return NotImplemented
+
+    def __repr__(self) -> str:
+        return f"UidSet({list(self._uids)!r})"
+
+
 class MailboxIndex:
     """UIDs (ascending), the unseen UIDs and those with each of the ``TRACKED`` system flags,
     and the keywords in use, as of ``marks``."""
 
-    def __init__(self, marks: Marks, uids: array | None = None, unseen: set[int] | None = None,
-                 flagged: dict[str, set[int]] | None = None, keywords: set[str] | None = None):
+    def __init__(self, marks: Marks, uids: array | None = None, unseen: UidSet | None = None,
+                 flagged: dict[str, UidSet] | None = None, keywords: set[str] | None = None):
         self.marks = marks
         self.uids = uids if uids is not None else array("Q")
-        self.unseen = unseen if unseen is not None else set()
-        self.flagged = {flag: set((flagged or {}).get(flag, ())) for flag in TRACKED}
+        self.unseen = unseen if unseen is not None else UidSet()
+        flagged = flagged or {}
+        self.flagged = {flag: flagged.get(flag) or UidSet() for flag in TRACKED}
         self.keywords = keywords if keywords is not None else set()
 
     @property
-    def deleted(self) -> set[int]:
+    def deleted(self) -> UidSet:
         return self.flagged["\\Deleted"]
 
     def copy(self) -> MailboxIndex:
-        return MailboxIndex(self.marks, array("Q", self.uids), set(self.unseen),
-                            self.flagged, set(self.keywords))
+        return MailboxIndex(self.marks, array("Q", self.uids), self.unseen.copy(),
+                            {flag: uids.copy() for flag, uids in self.flagged.items()},
+                            set(self.keywords))
 
     def seq_of(self, uid: int) -> int | None:
         i = bisect.bisect_left(self.uids, uid)
@@ -107,7 +173,7 @@ class MailboxIndex:
     @property
     def first_unseen(self) -> int | None:
         """Sequence number of the first unseen message (RFC 3501 6.3.1 UNSEEN), if any."""
-        return self.seq_of(min(self.unseen)) if self.unseen else None
+        return self.seq_of(self.unseen.first()) if self.unseen else None
 
     def note_flags(self, uid: int, flags: Flags) -> None:
         """Record a message's current flags (its UID must be in the list)."""
@@ -130,9 +196,9 @@ class MailboxIndex:
     def remove(self, gone: set[int]) -> None:
         if gone:
             self.uids = array("Q", (u for u in self.uids if u not in gone))
-            self.unseen -= gone
+            self.unseen.difference_update(gone)
             for uids in self.flagged.values():
-                uids -= gone
+                uids.difference_update(gone)
 
     def apply(self, delta: Delta) -> None:
         self.remove(delta.gone)
@@ -167,10 +233,11 @@ class MailboxIndex:
             uids = unpack_uids(row.get(UIDS, b""))
             if len(uids) != meta["count"]:
                 return None
-            flagged = {flag: set(unpack_uids(row.get(cell, b"")))
+            flagged = {flag: UidSet._wrap(unpack_uids(row.get(cell, b"")))
                        for flag, cell in FLAG_CELLS.items()}
             return cls(Marks(meta["modseq"], meta["visible"], meta["logmark"]), uids,
-                       set(unpack_uids(row.get(UNSEEN, b""))), flagged, set(meta["keywords"]))
+                       UidSet._wrap(unpack_uids(row.get(UNSEEN, b""))), flagged,
+                       set(meta["keywords"]))
         except (KeyError, ValueError, TypeError):
             return None
 
@@ -315,4 +382,4 @@ class Indexes:
             self._cache.pop(mailbox_id, None)
 
 
-__all__ = ["Delta", "Indexes", "MailboxIndex", "Marks"]
+__all__ = ["Delta", "Indexes", "MailboxIndex", "Marks", "UidSet"]

@@ -252,3 +252,36 @@ def test_a_cached_index_older_than_the_log_starts_again_from_the_checkpoint(back
     other.indexes.messages = other.messages
     assert same(other.open_index(inbox), truth(store, inbox))
     assert counting.rows_read == 0                # from the checkpoint, not from the rows
+
+
+def test_uid_sets_behave_as_sets():
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    from mailstore.index import UidSet
+
+    ops = st.lists(st.tuples(st.sampled_from(["add", "discard", "drop"]),
+                             st.integers(min_value=1, max_value=60)), max_size=80)
+
+    @settings(max_examples=80, deadline=None)
+    @given(st.sets(st.integers(min_value=1, max_value=60)), ops)
+    def check(start, steps):
+        ours, theirs = UidSet(start), set(start)
+        for op, uid in steps:
+            if op == "add":
+                ours.add(uid)
+                theirs.add(uid)
+            elif op == "discard":
+                ours.discard(uid)
+                theirs.discard(uid)
+            else:
+                ours.difference_update({uid, uid + 1})
+                theirs -= {uid, uid + 1}
+            assert list(ours) == sorted(theirs) and ours == theirs and len(ours) == len(theirs)
+            assert all((u in ours) == (u in theirs) for u in range(0, 62))
+        if theirs:
+            assert ours.first() == min(theirs)
+        copy = ours.copy()
+        copy.add(99)
+        assert 99 not in ours
+    check()

@@ -120,7 +120,7 @@ class SelectedMailbox:
         if delta is None:
             return None
         every = set(self.index.uids)
-        seen = every - self.index.unseen
+        seen = every.difference(self.index.unseen)
         sets = {flag.lower(): set(uids) for flag, uids in self.index.flagged.items()}
         for uid, flags in delta.changed:
             if uid not in every:
