@@ -13,7 +13,7 @@ atomicity.  Durability: every committed call survives a crash of the process (SI
 runs with ``synchronous=NORMAL`` in WAL mode.  With the store's ``synchronous=FULL`` (the default)
 :meth:`EmbeddedBackend.sync` also fsyncs the log, so what the mail store acknowledges survives a
 power cut -- one fsync per acknowledged operation instead of one per write, which is what makes
-an append (eight writes) cost about one fsync.
+an append (four write statements) cost about one fsync.
 """
 
 from __future__ import annotations
