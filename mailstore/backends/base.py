@@ -99,6 +99,13 @@ class Table(abc.ABC):
 
     name: str
 
+    ordered_keys: bool = False
+    """Whether new rows are cheaper to write in ascending key order.  True for a B-tree (the
+    embedded store), where a row with a random key is inserted into the middle of a full page;
+    False for HBase, where ascending keys would send every write to one region.  The mail store
+    picks new content ids accordingly (:func:`mailstore.keys.new_ordered_id`); nothing else
+    depends on it."""
+
     @abc.abstractmethod
     def row(self, row: bytes, columns: Columns = None) -> Row:
         """The selected cells of ``row``; an empty dict if the row or the cells are absent."""

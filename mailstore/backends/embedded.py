@@ -63,6 +63,8 @@ def _column_filter(columns: Columns) -> tuple[str, list[bytes]]:
 
 
 class EmbeddedTable(Table):
+    ordered_keys = True  # a B-tree: appending at the right edge is the cheap insert
+
     def __init__(self, backend: EmbeddedBackend, name: str):
         self.backend = backend
         self.name = name
