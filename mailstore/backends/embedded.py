@@ -69,6 +69,7 @@ class EmbeddedTable(Table):
         self.backend = backend
         self.name = name
         self._sql = '"t_' + name + '"'
+        self._inserts: dict[int, str] = {}  # INSERT statements by number of cells
 
     # -- reads ------------------------------------------------------------------------------
 
@@ -76,7 +77,7 @@ class EmbeddedTable(Table):
         where, params = _column_filter(columns)
         cur = self.backend._read(
             f"SELECT col, val FROM {self._sql} WHERE row = ?{where}", [row, *params])
-        return {col: val for col, val in cur}
+        return dict(cur)
 
     def rows(self, rows: Sequence[bytes], columns: Columns = None) -> list[tuple[bytes, Row]]:
         found: dict[bytes, Row] = {}
@@ -187,7 +188,24 @@ class EmbeddedTable(Table):
     # -- writes -----------------------------------------------------------------------------
 
     def put(self, row: bytes, data: Mapping[bytes, bytes]) -> None:
-        self.mutate_rows([Mutation(row, puts=data)])
+        if data:
+            self._insert(row, data)
+
+    def _insert(self, row: bytes, puts: Mapping[bytes, bytes]) -> None:
+        # One row of puts is one multi-row INSERT: a single statement is atomic on its own,
+        # which saves the BEGIN/COMMIT round of a transaction (puts are the hot path).
+        params: list[bytes] = []
+        for col, val in puts.items():
+            params += (row, col, bytes(val))
+        self.backend._single(self._insert_sql(len(puts)), params)
+
+    def _insert_sql(self, cells: int) -> str:
+        sql = self._inserts.get(cells)
+        if sql is None:
+            marks = ",".join(["(?, ?, ?)"] * cells)
+            sql = self._inserts[cells] = (
+                f"INSERT OR REPLACE INTO {self._sql} (row, col, val) VALUES {marks}")
+        return sql
 
     def delete(self, row: bytes, columns: Columns = None) -> None:
         if columns is None:
@@ -197,17 +215,8 @@ class EmbeddedTable(Table):
 
     def mutate_rows(self, mutations: Sequence[Mutation]) -> None:
         if len(mutations) == 1 and not mutations[0].deletes and not mutations[0].delete_row:
-            # One row of puts is one multi-row INSERT: a single statement is atomic on its own,
-            # which saves the BEGIN/COMMIT round of a transaction (puts are the hot path).
-            m = mutations[0]
-            if not m.puts:
-                return
-            marks = ",".join(["(?, ?, ?)"] * len(m.puts))
-            params: list[bytes] = []
-            for col, val in m.puts.items():
-                params += (m.row, col, bytes(val))
-            self.backend._single(
-                f"INSERT OR REPLACE INTO {self._sql} (row, col, val) VALUES {marks}", params)
+            if mutations[0].puts:
+                self._insert(mutations[0].row, mutations[0].puts)
             return
         with self.backend._write() as db:
             for m in mutations:
