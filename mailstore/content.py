@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable
 
 from .backends.base import Table, decode_counter, encode_counter
-from .keys import new_id
+from .keys import new_id, new_ordered_id
 
 MIN_CHUNK = 64 * 1024
 MAX_CHUNK = 1024 * 1024
@@ -53,7 +53,9 @@ class ChunkWriter(io.RawIOBase):
         self.table = table
         self.chunk_size = chunk_size
         self.refs = refs
-        self.content_id = new_id()
+        # Ascending ids where the backend writes them cheaper (the embedded store's B-tree:
+        # a random id costs an insert in the middle of a full page), random ones elsewhere.
+        self.content_id = new_ordered_id() if getattr(table, "ordered_keys", False) else new_id()
         self.size = 0
         self._clock = clock
         self._buffer = bytearray()

@@ -66,7 +66,7 @@ MESSAGES = TableDef(
 CONTENT = TableDef(
     name="JAMES_CONTENT",
     purpose="Message content, stored once and shared by copies, moves and recipients.",
-    row_key="16-byte content UUID",
+    row_key="16-byte content UUID: random (v4) over HBase, time-ordered (v7) in the embedded store",
     families={
         "c": "chunks, qualifiers 1, 2, 3, ... (decimal), each at most chunk_size bytes",
         "m": "meta: size, chunks, chunk_size (JSON in m:info), written with the last chunk",

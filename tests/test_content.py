@@ -156,3 +156,26 @@ def test_chunk_size_is_bounded():
         ContentStore(None, chunk_size=1024)
     with pytest.raises(ValueError):
         ContentStore(None, chunk_size=2 * 1024 * 1024)
+
+
+def test_content_ids_ascend_where_the_backend_prefers_it(backend, monkeypatch):
+    """The embedded store's B-tree takes ascending keys at its right edge, cheaply; over HBase
+    ids stay random (UUID4), which spreads writes over regions."""
+    import uuid
+
+    from mailstore import keys
+    create_schema(backend)
+    table = backend.table(CONTENT.name)
+    clock = iter(range(10**15, 10**15 + 10 * 10**6, 10**6))   # one millisecond apart
+    monkeypatch.setattr(keys.time, "time_ns", lambda: next(clock))
+    ids = [write(table, b"x%d" % i) for i in range(8)]
+    versions = {uuid.UUID(bytes=content_id).version for content_id in ids}
+    assert len(set(ids)) == 8
+    if backend.name == "embedded":
+        assert table.ordered_keys and versions == {7} and ids == sorted(ids)
+        assert all(content_id[:6] == (10**9 + i).to_bytes(6, "big")
+                   for i, content_id in enumerate(ids))
+    else:
+        assert not table.ordered_keys and versions == {4}
+    assert [ChunkReader(table, content_id, 2, CHUNK).read() for content_id in ids] == \
+        [b"x%d" % i for i in range(8)]

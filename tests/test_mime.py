@@ -355,6 +355,23 @@ def test_address_parser_never_raises(value):
         assert len(address) == 4
 
 
+_WORD = st.text(alphabet=st.sampled_from(list("aZ09!#'*+/=?^_`{|}~.-")), min_size=1, max_size=6)
+_SPACE = st.text(alphabet=st.sampled_from([" ", "\t"]), max_size=2)
+
+
+@given(st.one_of(
+    st.builds(lambda s1, words, s2, local, host, s3: (
+        f"{s1}{' '.join(words)}{s2}<{local}@{host}>{s3}"),
+        _SPACE, st.lists(_WORD, max_size=3), _SPACE, _WORD, _WORD, _SPACE),
+    st.builds(lambda s1, local, host, s2: f"{s1}{local}@{host}{s2}",
+              _SPACE, _WORD, _WORD, _SPACE),
+    st.text(alphabet=st.sampled_from(list('ab.@<> \t"(),:;\\[]-')), max_size=30)))
+def test_simple_addresses_take_a_shortcut_to_the_same_result(value):
+    """Plain ``Name <a@b>`` and ``a@b`` skip the tokenizer; the answer must not change."""
+    from mailstore.mime.address import _parse_tokens
+    assert parse_address_list(value) == _parse_tokens(value)
+
+
 def test_missing_headers():
     """RFC 2045 defaults (text/plain; charset=us-ascii; the 7bit encoding, stored as None so
     that it stays apart from an explicit one) and an all-NIL envelope."""

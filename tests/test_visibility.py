@@ -12,6 +12,7 @@ import threading
 import pytest
 
 from mailstore import keys
+from mailstore.errors import BackendUnavailable
 from mailstore.fsck import Fsck
 from mailstore.mailboxes import COUNT, MODSEQ, UID
 from mailstore.messages import STATE
@@ -93,20 +94,49 @@ def test_a_uid_whose_writer_died_is_abandoned_after_the_timeout(store, clock):
 def test_a_writer_that_lost_its_uid_takes_a_new_one(store, clock):
     user = store.create_user("u", "pw")
     inbox = store.mailbox(user, "INBOX")
-    original_put = store.messages.table.put
+    original_commit = store.messages.table.put_then_check_and_put
     calls = []
 
-    def put_then_lose_the_race(key, cells):
-        original_put(key, cells)
+    def lose_the_race_once(key, cells, column, value):
         if not calls:
+            # A reader gives the UID up just before the writer's commit.
             calls.append(key)
             store.messages.table.check_and_put(key, STATE, None, STATE, b"X")
+        return original_commit(key, cells, column, value)
 
-    store.messages.table.put = put_then_lose_the_race
+    store.messages.table.put_then_check_and_put = lose_the_race_once
     _, uid = store.append(user, "INBOX", message(1))
     assert uid == 2
     assert store.uids(inbox) == [2]
     assert store.messages.table.row(calls[0]) == {b"m:s": b"X"}
+    # The message was counted once, whatever the number of UIDs it took.
+    assert store.mailbox(user, "INBOX").messages == 1
+    assert Fsck(store).run(user).ok
+
+
+def test_a_writer_that_fails_gives_up_its_uid_and_its_counts_at_once(store, clock):
+    """The counters are taken when the UID is: a writer whose commit fails gives both back,
+    so nothing waits for the UID and fsck finds the counters exact."""
+    user = store.create_user("u", "pw")
+    store.append(user, "INBOX", message(1), flags=["\\Seen"])
+
+    def fail(key, cells, column, value):
+        raise BackendUnavailable("injected")
+
+    store.messages.table.put_then_check_and_put = fail
+    start = clock.time()
+    with pytest.raises(BackendUnavailable):
+        store.append(user, "INBOX", message(2))
+    del store.messages.table.put_then_check_and_put
+    inbox = store.mailbox(user, "INBOX")
+    assert (inbox.messages, inbox.unseen, inbox.last_uid) == (1, 0, 2)
+    assert store.messages.table.row(keys.message_key(inbox.id, 2)) == {b"m:s": b"X"}
+    _, uid = store.append(user, "INBOX", message(3))
+    assert uid == 3 and clock.time() == start   # no wait for the abandoned UID
+    assert store.uids(inbox) == [1, 3]
+    inbox = store.mailbox(user, "INBOX")
+    assert (inbox.messages, inbox.unseen) == (2, 1)
+    assert Fsck(store).run(user).ok
 
 
 def test_interrupted_move_is_rolled_forward_on_open(store, clock):

@@ -28,7 +28,7 @@ reached or fails; no other backend-specific exception escapes.
 from __future__ import annotations
 
 import abc
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 
 Row = dict[bytes, bytes]
 """The cells of one row, ``{b"family:qualifier": value}``."""
@@ -99,6 +99,13 @@ class Table(abc.ABC):
 
     name: str
 
+    ordered_keys: bool = False
+    """Whether new rows are cheaper to write in ascending key order.  True for a B-tree (the
+    embedded store), where a row with a random key is inserted into the middle of a full page;
+    False for HBase, where ascending keys would send every write to one region.  The mail store
+    picks new content ids accordingly (:func:`mailstore.keys.new_ordered_id`); nothing else
+    depends on it."""
+
     @abc.abstractmethod
     def row(self, row: bytes, columns: Columns = None) -> Row:
         """The selected cells of ``row``; an empty dict if the row or the cells are absent."""
@@ -140,10 +147,17 @@ class Table(abc.ABC):
         """Add ``delta`` to a counter cell (absent counts as 0) and return the new value."""
 
     @abc.abstractmethod
-    def increment_many(self, row: bytes, deltas: Mapping[bytes, int]) -> None:
-        """Add to several counters of one row in one round trip; no values are returned.
+    def increment_many(self, row: bytes, deltas: Mapping[bytes, int],
+                       returning: Collection[bytes] = ()) -> dict[bytes, int]:
+        """Add to several counters of one row; return the new values of those in ``returning``.
 
-        Each counter is changed atomically, but the set of them MAY be seen half-applied.
+        ``returning`` names counters of ``deltas`` whose new values the caller needs (ValueError
+        for one that is not in ``deltas``); the result maps each of them to its value, and is
+        empty when ``returning`` is.  Each counter is changed atomically, but the set of them
+        MAY be seen half-applied.  Round trips: the embedded backend makes one statement of the
+        whole call; HBase's Thrift1 gateway returns no values from a batch of increments, so
+        there each counter in ``returning`` costs one ``atomicIncrement`` and the others go
+        together in one ``incrementRows``.
         """
 
     @abc.abstractmethod
@@ -155,6 +169,24 @@ class Table(abc.ABC):
         stored empty: HBase does not tell an empty value from a missing one.  Returns whether the
         put happened.
         """
+
+    def put_then_check_and_put(self, row: bytes, data: Mapping[bytes, bytes], column: bytes,
+                               value: bytes) -> bool:
+        """Put ``data`` into ``row``, then put ``column`` only if it is absent; return whether
+        ``column`` was put.
+
+        This writes a row and then its commit cell.  The two steps MAY happen separately, as
+        they do here and over HBase's Thrift1 gateway (a put, then a check-and-put of one cell):
+        a reader or a crash can then find ``data`` without ``column``, and when the check fails
+        ``data`` has been put all the same.  A backend MAY instead apply both at once, putting
+        nothing when the check fails (the embedded backend does, in one statement).  Either way
+        a caller whose check failed removes ``data`` itself if it must.  ``column`` must not be
+        one of ``data``'s cells.
+        """
+        if column in data:
+            raise ValueError("the checked column cannot also be one of the data cells")
+        self.put(row, data)
+        return self.check_and_put(row, column, None, column, value)
 
 
 class Backend(abc.ABC):

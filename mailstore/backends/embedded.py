@@ -13,7 +13,7 @@ atomicity.  Durability: every committed call survives a crash of the process (SI
 runs with ``synchronous=NORMAL`` in WAL mode.  With the store's ``synchronous=FULL`` (the default)
 :meth:`EmbeddedBackend.sync` also fsyncs the log, so what the mail store acknowledges survives a
 power cut -- one fsync per acknowledged operation instead of one per write, which is what makes
-an append (eight writes) cost about one fsync.
+an append (four write statements) cost about one fsync.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from __future__ import annotations
 import os
 import sqlite3
 import threading
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 
 from ..errors import BackendUnavailable
 from .base import (
@@ -63,10 +63,13 @@ def _column_filter(columns: Columns) -> tuple[str, list[bytes]]:
 
 
 class EmbeddedTable(Table):
+    ordered_keys = True  # a B-tree: appending at the right edge is the cheap insert
+
     def __init__(self, backend: EmbeddedBackend, name: str):
         self.backend = backend
         self.name = name
         self._sql = '"t_' + name + '"'
+        self._inserts: dict[int, str] = {}  # INSERT statements by number of cells
 
     # -- reads ------------------------------------------------------------------------------
 
@@ -74,7 +77,7 @@ class EmbeddedTable(Table):
         where, params = _column_filter(columns)
         cur = self.backend._read(
             f"SELECT col, val FROM {self._sql} WHERE row = ?{where}", [row, *params])
-        return {col: val for col, val in cur}
+        return dict(cur)
 
     def rows(self, rows: Sequence[bytes], columns: Columns = None) -> list[tuple[bytes, Row]]:
         found: dict[bytes, Row] = {}
@@ -185,7 +188,24 @@ class EmbeddedTable(Table):
     # -- writes -----------------------------------------------------------------------------
 
     def put(self, row: bytes, data: Mapping[bytes, bytes]) -> None:
-        self.mutate_rows([Mutation(row, puts=data)])
+        if data:
+            self._insert(row, data)
+
+    def _insert(self, row: bytes, puts: Mapping[bytes, bytes]) -> None:
+        # One row of puts is one multi-row INSERT: a single statement is atomic on its own,
+        # which saves the BEGIN/COMMIT round of a transaction (puts are the hot path).
+        params: list[bytes] = []
+        for col, val in puts.items():
+            params += (row, col, bytes(val))
+        self.backend._single(self._insert_sql(len(puts)), params)
+
+    def _insert_sql(self, cells: int) -> str:
+        sql = self._inserts.get(cells)
+        if sql is None:
+            marks = ",".join(["(?, ?, ?)"] * cells)
+            sql = self._inserts[cells] = (
+                f"INSERT OR REPLACE INTO {self._sql} (row, col, val) VALUES {marks}")
+        return sql
 
     def delete(self, row: bytes, columns: Columns = None) -> None:
         if columns is None:
@@ -195,17 +215,8 @@ class EmbeddedTable(Table):
 
     def mutate_rows(self, mutations: Sequence[Mutation]) -> None:
         if len(mutations) == 1 and not mutations[0].deletes and not mutations[0].delete_row:
-            # One row of puts is one multi-row INSERT: a single statement is atomic on its own,
-            # which saves the BEGIN/COMMIT round of a transaction (puts are the hot path).
-            m = mutations[0]
-            if not m.puts:
-                return
-            marks = ",".join(["(?, ?, ?)"] * len(m.puts))
-            params: list[bytes] = []
-            for col, val in m.puts.items():
-                params += (m.row, col, bytes(val))
-            self.backend._single(
-                f"INSERT OR REPLACE INTO {self._sql} (row, col, val) VALUES {marks}", params)
+            if mutations[0].puts:
+                self._insert(mutations[0].row, mutations[0].puts)
             return
         with self.backend._write() as db:
             for m in mutations:
@@ -226,28 +237,50 @@ class EmbeddedTable(Table):
                            [(m.row, col, bytes(val)) for col, val in m.puts.items()])
 
     def increment(self, row: bytes, column: bytes, delta: int = 1) -> int:
-        found = self.backend._single(self._upsert_sql + " RETURNING val",
-                                     [row, column, delta, delta]).fetchall()
+        found = self.backend._fetch_all(self._upsert_sql("(?, ?, ?)") + " RETURNING val",
+                                        [row, column, encode_counter(delta)])
         return decode_counter(found[0][0])
 
-    @property
-    def _upsert_sql(self) -> str:
-        # One atomic statement: insert the counter or add to it (be64_add, see _be64_add).
-        return (f"INSERT INTO {self._sql} (row, col, val) VALUES (?, ?, be64_add(NULL, ?)) "
-                "ON CONFLICT (row, col) DO UPDATE SET val = be64_add(val, ?)")
+    def _upsert_sql(self, marks: str) -> str:
+        # One atomic statement: each proposed row carries its delta as a counter, inserted as
+        # it is or, when the cell exists, added to it (one call of be64_sum, see _be64_sum).
+        return (f"INSERT INTO {self._sql} (row, col, val) VALUES {marks} ON CONFLICT (row, col) "
+                "DO UPDATE SET val = be64_sum(val, excluded.val)")
 
-    def increment_many(self, row: bytes, deltas: Mapping[bytes, int]) -> None:
+    def increment_many(self, row: bytes, deltas: Mapping[bytes, int],
+                       returning: Collection[bytes] = ()) -> dict[bytes, int]:
+        wanted = _returned(deltas, returning)
         if not deltas:
-            return
-        # One statement for all the counters (atomic on its own, no BEGIN/COMMIT): each
-        # proposed row carries its delta as a counter, which the conflict clause adds.
-        marks = ",".join(["(?, ?, be64_add(NULL, ?))"] * len(deltas))
+            return {}
+        # One statement for all the counters (atomic on its own, no BEGIN/COMMIT).
         params: list[object] = []
         for column, delta in deltas.items():
-            params += (row, column, delta)
-        self.backend._single(
-            f"INSERT INTO {self._sql} (row, col, val) VALUES {marks} ON CONFLICT (row, col) "
-            "DO UPDATE SET val = be64_add(val, be64_value(excluded.val))", params)
+            params += (row, column, encode_counter(delta))
+        sql = self._upsert_sql(",".join(["(?, ?, ?)"] * len(deltas)))
+        if not wanted:
+            self.backend._single(sql, params)
+            return {}
+        # RETURNING gives every counter's new value; the statement completes with the fetch.
+        found = self.backend._fetch_all(sql + " RETURNING col, val", params)
+        return {col: decode_counter(val) for col, val in found if col in wanted}
+
+    def put_then_check_and_put(self, row: bytes, data: Mapping[bytes, bytes], column: bytes,
+                               value: bytes) -> bool:
+        if column in data:
+            raise ValueError("the checked column cannot also be one of the data cells")
+        # Both steps as one statement: every cell, the checked one included, is inserted only
+        # while that cell is absent -- atomic, and nothing is left behind when the check fails.
+        # One write instead of two also writes the row's B-tree page to the log once.
+        marks = ",".join(["(?, ?)"] * (len(data) + 1))
+        params: list[object] = [row]
+        for col, val in data.items():
+            params += (col, bytes(val))
+        params += (column, bytes(value), row, column)
+        cur = self.backend._single(
+            f"INSERT OR REPLACE INTO {self._sql} (row, col, val) SELECT ?, column1, column2 "
+            f"FROM (VALUES {marks}) WHERE NOT EXISTS "
+            f"(SELECT 1 FROM {self._sql} WHERE row = ? AND col = ?)", params)
+        return cur.rowcount > 0
 
     def check_and_put(self, row: bytes, column: bytes, expected: bytes | None,
                       put_column: bytes, value: bytes) -> bool:
@@ -275,9 +308,17 @@ class EmbeddedTable(Table):
             return True
 
 
-def _be64_add(current: bytes | None, delta: int) -> bytes:
-    """SQL function: a counter cell plus ``delta``, stored as HBase stores counters."""
-    return encode_counter(decode_counter(current) + delta)
+def _returned(deltas: Mapping[bytes, int], returning: Collection[bytes]) -> frozenset[bytes]:
+    wanted = frozenset(returning)
+    if not wanted <= deltas.keys():
+        raise ValueError(
+            f"returning names counters not incremented: {sorted(wanted - deltas.keys())}")
+    return wanted
+
+
+def _be64_sum(current: bytes, delta: bytes) -> bytes:
+    """SQL function: two counter cells added up, stored as HBase stores counters."""
+    return encode_counter(decode_counter(current) + decode_counter(delta))
 
 
 def _counter_error(exc: Exception) -> ValueError:
@@ -342,8 +383,7 @@ class EmbeddedBackend(Backend):
                 # Each commit is durable against a process crash; power-loss durability comes
                 # from sync(), once per acknowledged operation.
                 db.execute("PRAGMA synchronous=NORMAL")
-                db.create_function("be64_add", 2, _be64_add, deterministic=True)
-                db.create_function("be64_value", 1, decode_counter, deterministic=True)
+                db.create_function("be64_sum", 2, _be64_sum, deterministic=True)
             except sqlite3.Error as exc:
                 raise BackendUnavailable(f"cannot open {self.path}: {exc}") from exc
             self._local.db = db
@@ -355,6 +395,16 @@ class EmbeddedBackend(Backend):
         """Run one statement in its own implicit transaction (atomic on its own)."""
         try:
             return self._db().execute(sql, params)
+        except sqlite3.OperationalError as exc:
+            if "user-defined function" in str(exc):
+                raise _counter_error(exc) from exc
+            raise BackendUnavailable(f"embedded store: {exc}") from exc
+
+    def _fetch_all(self, sql: str, params: Sequence[object]) -> list:
+        """Run one statement that returns rows (``RETURNING``) and fetch them: a writing
+        statement only completes, and commits, once its last row has been fetched."""
+        try:
+            return self._db().execute(sql, params).fetchall()
         except sqlite3.OperationalError as exc:
             if "user-defined function" in str(exc):
                 raise _counter_error(exc) from exc

@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import select
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from typing import TypeVar
 
 import happybase
@@ -298,14 +298,22 @@ class HBaseTable(Table):
         return self.backend._run(
             "increment", lambda c: c.client.atomicIncrement(self._tname, row, column, delta))
 
-    def increment_many(self, row: bytes, deltas: Mapping[bytes, int]) -> None:
-        if not deltas:
-            return
+    def increment_many(self, row: bytes, deltas: Mapping[bytes, int],
+                       returning: Collection[bytes] = ()) -> dict[bytes, int]:
+        wanted = set(returning)
+        if not wanted <= deltas.keys():
+            raise ValueError(
+                f"returning names counters not incremented: {sorted(wanted - deltas.keys())}")
         for column in deltas:
             self._check_cell(column)
+        # incrementRows returns nothing, so a counter whose value is wanted goes on its own.
+        found = {col: self.increment(row, col, delta)
+                 for col, delta in deltas.items() if col in wanted}
         incs = [TIncrement(table=self._tname, row=row, column=col, ammount=int(delta))
-                for col, delta in deltas.items()]
-        self.backend._run("increment", lambda c: c.client.incrementRows(incs))
+                for col, delta in deltas.items() if col not in wanted]
+        if incs:
+            self.backend._run("increment", lambda c: c.client.incrementRows(incs))
+        return found
 
     def check_and_put(self, row: bytes, column: bytes, expected: bytes | None,
                       put_column: bytes, value: bytes) -> bool:

@@ -78,7 +78,9 @@ def field_value(raw: bytes) -> str:
     """
     colon = raw.find(b":")
     value = raw[colon + 1:] if colon >= 0 else raw
-    return _FOLD.sub(b"", value).strip(b" \t\r\n").decode("latin-1")
+    if b"\n " in value or b"\n\t" in value:  # most fields are one line: no regex for them
+        value = _FOLD.sub(b"", value)
+    return value.strip(b" \t\r\n").decode("latin-1")
 
 
 _MIME_TOKEN = re.compile(
