@@ -441,19 +441,20 @@ class EmbeddedBackend(Backend):
     def _fsync_log(self) -> None:
         # Commits append to the WAL in order, so one fsync of it covers every earlier commit of
         # every connection.  After a checkpoint reset it, the data is in the main file, which
-        # SQLite fsyncs before resetting the log.
-        for path in (self.path + "-wal", self.path):
-            try:
-                fd = os.open(path, os.O_RDONLY)
-            except FileNotFoundError:
-                continue
-            try:
-                os.fsync(fd)
-            except OSError as exc:
-                raise BackendUnavailable(f"embedded store: fsync failed: {exc}") from exc
-            finally:
-                os.close(fd)
+        # SQLite fsyncs (synchronous=NORMAL does at checkpoints) before resetting the log; and
+        # a missing WAL means a checkpoint moved everything there.  The main file itself is
+        # never opened here: closing any descriptor of it would drop the POSIX locks SQLite
+        # holds on it in this process (fcntl locks belong to the process, not the descriptor).
+        try:
+            fd = os.open(self.path + "-wal", os.O_RDONLY)
+        except FileNotFoundError:
             return
+        try:
+            os.fsync(fd)
+        except OSError as exc:
+            raise BackendUnavailable(f"embedded store: fsync failed: {exc}") from exc
+        finally:
+            os.close(fd)
 
     def create_table(self, name: str, families: Mapping[str, Mapping[str, object]]) -> bool:
         if not name.replace("_", "").isalnum():
