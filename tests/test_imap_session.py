@@ -367,3 +367,26 @@ def test_small_extensions_do_what_they_advertise(client):
     client.cmd("s2", "SELECT Listed")
     assert client.cmd("c", "CLOSE")[-1] == b"c OK CLOSE completed"
     assert b"MESSAGES 0" in client.cmd("t2", "STATUS Listed (MESSAGES)")[0]
+
+
+def test_idle_ended_at_once_still_reports_what_its_refresh_found(server, client):
+    """RFC 2177 / RFC 3501 7.4.1: IDLE's wake-up refresh may still run when DONE arrives; what
+    it found (an EXPUNGE by another session) must reach the client before the next command,
+    or sequence numbers drift (FETCH 2 would answer for another message)."""
+    login(client)
+    fresh_mailbox(client, "Race")
+    uids = [append(client, "Race", message(i)) for i in range(3)]
+    other = Client(server.port)
+    try:
+        login(other)
+        client.cmd("s", "SELECT Race")
+        other.cmd("s", "SELECT Race")
+        other.cmd("d", "STORE 2 +FLAGS.SILENT (\\Deleted)")
+        assert other.cmd("e", "EXPUNGE")[0] == b"* 2 EXPUNGE"
+        client.send(b"i IDLE\r\nDONE\r\n")             # DONE pipelined behind IDLE
+        idle = client.until_tagged("i")
+        noop = client.cmd("n", "NOOP")
+        assert [ln for ln in idle + noop if ln.endswith(b"EXPUNGE")] == [b"* 2 EXPUNGE"]
+        assert client.cmd("f", "FETCH 2 (UID)")[0] == b"* 2 FETCH (UID %d)" % uids[2]
+    finally:
+        other.close()

@@ -25,6 +25,7 @@ class _Idle:
         self.done = defer.Deferred()
         self.refreshing = False
         self.again = False
+        self.pending: defer.Deferred | None = None  # the refresh under way, if any
 
     def line_received(self, line: bytes) -> None:
         if line.strip().upper() == b"DONE":
@@ -50,17 +51,23 @@ class _Idle:
         d = self.ctx.call(selected.refresh)
 
         def push(changes):
-            if not self.done.called and self.ctx.session.selected is selected:
+            # Written even if DONE came meanwhile: the refresh has already moved the session's
+            # numbering on, so the client must hear of it, and idle() waits for this before
+            # its tagged OK (untagged responses may precede it, RFC 3501 7).
+            if self.ctx.session.selected is selected:
                 self.ctx.conn.write_lines([b"* " + line for line in changes_lines(changes)])
 
         def finished(_):
             self.refreshing = False
-            if self.again:
+            self.pending = None
+            if self.again and not self.done.called:
                 self.again = False
                 self.wake()
         d.addCallback(push)
         d.addErrback(log.err, "IDLE refresh failed")
         d.addBoth(finished)
+        if self.refreshing:
+            self.pending = d
 
 
 @command("IDLE", AUTH, SELECTED)
@@ -81,3 +88,7 @@ def idle(ctx):
         ctx.server.watchers.unwatch(ctx.session)
         ctx.conn.line_consumer = None
         ctx.conn.reset_timeout()
+    # A refresh still running changes the session's view: let it finish and report before the
+    # next command (which may refresh too) runs, or the numbering would drift from the client's.
+    while consumer.pending is not None:
+        yield consumer.pending
