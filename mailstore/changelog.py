@@ -155,6 +155,8 @@ class ChangeLog:
                 return mark
             if self.rows.check_and_put(mailbox_id, LOGMARK, raw_mark, LOGMARK,
                                        encode_counter(reach)):
+                if self._gaps:
+                    self._forget_gaps(mailbox_id, reach)
                 if reach >= top:
                     return reach
                 target = None  # more was allocated meanwhile: walk on
@@ -164,32 +166,51 @@ class ChangeLog:
         """The highest number n such that every entry in mark+1..n is settled, settling
         entries abandoned by dead writers on the way."""
         start, stop = keys.change_range(mailbox_id, mark + 1, top)
-        found = {keys.change_key_seq(k): r[ENTRY]
-                 for k, r in self.table.scan(start=start, stop=stop, columns=[ENTRY])}
         now = self.clock()
         reach = mark
-        for seq in range(mark + 1, top + 1):
-            key = keys.change_key(mailbox_id, seq)
-            value = found.get(seq)
-            if value is None:
-                with self._lock:
-                    since = self._gaps.setdefault((mailbox_id, seq), now)
-                if now - since < self.abandon_after:
-                    break
-                if not self.table.check_and_put(key, ENTRY, None, ENTRY,
-                                                encode_entry(VOID, now, ())):
-                    break  # the writer got there first: look again next time
-                with self._lock:
-                    self._gaps.pop((mailbox_id, seq), None)
-            elif value[:1] == PENDING:
+        self._forget_gaps(mailbox_id, mark)
+        # Read lazily and stop at the first entry not settled: while a dead writer holds the
+        # watermark back, each walk reads up to it, not the whole growing range behind it.
+        entries = self.table.scan(start=start, stop=stop, columns=[ENTRY], batch_size=100)
+        for key, row in entries:
+            seq = keys.change_key_seq(key)
+            while seq > reach + 1:   # numbers allocated without an entry before this one
+                if not self._void_gap(mailbox_id, reach + 1, now):
+                    return reach
+                reach += 1
+            value = row[ENTRY]
+            if value[:1] == PENDING:
                 state, at, uids = decode_entry(value)
                 if now - at < self.abandon_after:
-                    break
+                    return reach
                 if not self.table.check_and_put(key, ENTRY, value, ENTRY,
                                                 encode_entry(SETTLED, at, uids)):
-                    break
+                    return reach
             reach = seq
+        while reach < top and self._void_gap(mailbox_id, reach + 1, now):
+            reach += 1
         return reach
+
+    def _void_gap(self, mailbox_id: bytes, seq: int, now: float) -> bool:
+        """A number allocated without an entry: void it once it is ``abandon_after`` old
+        (as this process has seen it); True if it is void now."""
+        with self._lock:
+            since = self._gaps.setdefault((mailbox_id, seq), now)
+        if now - since < self.abandon_after:
+            return False
+        if not self.table.check_and_put(keys.change_key(mailbox_id, seq), ENTRY, None, ENTRY,
+                                        encode_entry(VOID, now, ())):
+            return False  # the writer got there first: look again next time
+        with self._lock:
+            self._gaps.pop((mailbox_id, seq), None)
+        return True
+
+    def _forget_gaps(self, mailbox_id: bytes, mark: int) -> None:
+        """Drop the gaps noted for numbers the watermark has passed (their writers filled
+        them), so that the record stays as small as what is in flight."""
+        with self._lock:
+            for gap in [g for g in self._gaps if g[0] == mailbox_id and g[1] <= mark]:
+                del self._gaps[gap]
 
     def nudge(self, mailbox_id: bytes, top: int, mark: int) -> None:
         """Called by readers with the marks they just read: when the watermark has been stuck

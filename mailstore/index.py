@@ -48,9 +48,11 @@ TRACKED = ("\\Deleted", "\\Flagged", "\\Answered", "\\Draft")
 """System flags whose UIDs an index keeps (besides the unseen ones): EXPUNGE needs \\Deleted,
 and SEARCH on any system flag is then answered without reading rows."""
 FLAG_CELLS = {flag: b"k:" + flag[1:].lower().encode() for flag in TRACKED}
-CHECKPOINT_VERSION = 1
+CHECKPOINT_VERSION = 2
 CHECKPOINT_EVERY = 1000
 """Delivery refreshes a mailbox's checkpoint each time a UID is a multiple of this."""
+SMALL_CHANGE = 64
+"""Up to this many UIDs removed at once are found by bisection; more, by one pass."""
 GET_BATCH = 500
 """Rows per multi-get when re-reading the rows a change log names."""
 SCAN_ABOVE = 5000
@@ -118,7 +120,10 @@ class UidSet:
             del self._uids[i]
 
     def difference_update(self, gone: set[int]) -> None:
-        if gone:
+        if len(gone) <= SMALL_CHANGE:
+            for uid in gone:   # a few: found by bisection, not a pass over every UID
+                self.discard(uid)
+        else:
             self._uids = array("Q", (u for u in self._uids if u not in gone))
 
     def first(self) -> int:
@@ -194,11 +199,18 @@ class MailboxIndex:
         self.note_flags(uid, flags)
 
     def remove(self, gone: set[int]) -> None:
-        if gone:
+        if not gone:
+            return
+        if len(gone) <= SMALL_CHANGE:
+            for uid in gone:   # a few: found by bisection, not a pass over every UID
+                i = bisect.bisect_left(self.uids, uid)
+                if i < len(self.uids) and self.uids[i] == uid:
+                    del self.uids[i]
+        else:
             self.uids = array("Q", (u for u in self.uids if u not in gone))
-            self.unseen.difference_update(gone)
-            for uids in self.flagged.values():
-                uids.difference_update(gone)
+        self.unseen.difference_update(gone)
+        for uids in self.flagged.values():
+            uids.difference_update(gone)
 
     def apply(self, delta: Delta) -> None:
         self.remove(delta.gone)
@@ -210,6 +222,8 @@ class MailboxIndex:
             if uid > last:
                 self.add(uid, flags)
                 last = uid
+            elif self.seq_of(uid) is not None:
+                self.note_flags(uid, flags)
         self.marks = delta.marks
 
     # -- the checkpoint's cells ---------------------------------------------------------------
@@ -242,6 +256,11 @@ class MailboxIndex:
             return None
 
 
+def _not_behind(a: Marks, b: Marks) -> bool:
+    """Whether ``a`` is at or past ``b`` in both watermarks."""
+    return a.visible >= b.visible and a.logmark >= b.logmark
+
+
 class Indexes:
     """Opening mailbox indexes and computing deltas, with a per-process cache."""
 
@@ -255,6 +274,9 @@ class Indexes:
         self.checkpoint_after = checkpoint_after
         self.keep_log = keep_log
         self._cache: OrderedDict[bytes, MailboxIndex] = OrderedDict()
+        # The marks of each cached mailbox's stored checkpoint, as last seen: how far behind
+        # it is decides when to write a fresh one.
+        self._stored: dict[bytes, Marks] = {}
         self._lock = threading.Lock()
 
     def marks(self, mailbox_ids: Sequence[bytes]) -> dict[bytes, Marks]:
@@ -270,10 +292,17 @@ class Indexes:
                                     decode_counter(row.get(VISIBLE)), mark)
         return out
 
+    def _current(self, mailbox_id: bytes) -> Marks:
+        return self.marks([mailbox_id]).get(mailbox_id, Marks(0, 0, 0))
+
     def delta(self, mailbox: Mailbox, since: Marks, now: Marks | None = None) -> Delta | None:
         """What changed since ``since`` (None if the log no longer reaches back that far)."""
-        if now is None:
-            now = self.marks([mailbox.id]).get(mailbox.id, Marks(0, 0, 0))
+        if now is None or not _not_behind(now, since):
+            # ``now`` may have been read before the checkpoint or cached copy that ``since``
+            # belongs to was written; marks only grow, so marks read after it are not behind.
+            now = self._current(mailbox.id)
+            if not _not_behind(now, since):
+                return None  # the mailbox row is gone: nothing to catch up from
         delta = Delta(now)
         if now.visible > since.visible:
             delta.new = [(v.uid, v.flags) for v in self.messages.scan(
@@ -298,42 +327,43 @@ class Indexes:
 
     def open(self, mailbox: Mailbox) -> MailboxIndex:
         """The mailbox's index as of now: a copy the caller may change."""
-        now = self.marks([mailbox.id]).get(mailbox.id, Marks(0, 0, 0))
+        now = self._current(mailbox.id)
         with self._lock:
             cached = self._cache.get(mailbox.id)
         if cached is not None and cached.marks == now:
             self._remember(mailbox.id, cached)
             return cached.copy()
-        index, work = self._catch_up(mailbox, cached.copy() if cached else None, now)
+        index = self._catch_up(mailbox, cached.copy() if cached else None, now)
         if index is None:
-            # Our cached copy is older than the log kept: try the stored checkpoint.
-            index, work = self._catch_up(mailbox, self.load_checkpoint(mailbox.id), now)
+            # Nothing cached, or our copy is older than the log kept: the stored checkpoint.
+            index = self._catch_up(mailbox, self.load_checkpoint(mailbox.id), now)
         if index is None:
             index = self.build(mailbox, now)
-            work = len(index.uids) + self.checkpoint_after
-        if work >= self.checkpoint_after:
+        stored = self._stored.get(mailbox.id)
+        if stored is None or (index.marks.visible - stored.visible
+                              + index.marks.logmark - stored.logmark) >= self.checkpoint_after:
             self.save_checkpoint(mailbox.id, index)
         self._remember(mailbox.id, index)
         return index.copy()
 
     def _catch_up(self, mailbox: Mailbox, index: MailboxIndex | None, now: Marks
-                  ) -> tuple[MailboxIndex | None, int]:
-        """``index`` brought to ``now`` and the number of rows that took; (None, 0) if there
-        is no index or the log no longer reaches back to it."""
+                  ) -> MailboxIndex | None:
+        """``index`` brought up to date; None if there is no index or the log no longer
+        reaches back to it."""
         if index is None:
-            return None, 0
+            return None
         delta = self.delta(mailbox, index.marks, now)
         if delta is None:
-            return None, 0
+            return None
         index.apply(delta)
-        return index, delta.size
+        return index
 
     def refresh_checkpoint(self, mailbox: Mailbox) -> None:
         """Bring the stored checkpoint up to date without caching the index in this process
         (for writers: delivery calls it every ``CHECKPOINT_EVERY`` UIDs, so even a mailbox
         nobody opens keeps a checkpoint close behind)."""
-        now = self.marks([mailbox.id]).get(mailbox.id, Marks(0, 0, 0))
-        index, _work = self._catch_up(mailbox, self.load_checkpoint(mailbox.id), now)
+        now = self._current(mailbox.id)
+        index = self._catch_up(mailbox, self.load_checkpoint(mailbox.id), now)
         self.save_checkpoint(mailbox.id, index or self.build(mailbox, now))
 
     def build(self, mailbox: Mailbox, now: Marks) -> MailboxIndex:
@@ -352,34 +382,57 @@ class Indexes:
     def load_checkpoint(self, mailbox_id: bytes) -> MailboxIndex | None:
         row = self.table.row(keys.checkpoint_key(mailbox_id),
                              [META, UIDS, UNSEEN, *FLAG_CELLS.values()])
-        return MailboxIndex.decode(row) if row else None
+        index = MailboxIndex.decode(row) if row else None
+        if index is not None:
+            self._note_stored(mailbox_id, index.marks)
+        return index
+
+    def _stored_marks(self, mailbox_id: bytes) -> Marks | None:
+        """The marks of the stored checkpoint (None if there is none that decodes)."""
+        raw = self.table.row(keys.checkpoint_key(mailbox_id), [META]).get(META)
+        try:
+            meta = json.loads(raw) if raw is not None else None
+            if meta is None or meta.get("v") != CHECKPOINT_VERSION:
+                return None
+            return Marks(meta["modseq"], meta["visible"], meta["logmark"])
+        except (ValueError, KeyError, TypeError, AttributeError):
+            return None
 
     def save_checkpoint(self, mailbox_id: bytes, index: MailboxIndex) -> None:
-        """Write ``index`` as the checkpoint (unless a newer one is there) and trim the log."""
-        current = self.table.row(keys.checkpoint_key(mailbox_id), [META]).get(META)
-        if current is not None:
-            try:
-                theirs = json.loads(current)
-                if (theirs["visible"], theirs["logmark"]) >= (index.marks.visible,
-                                                               index.marks.logmark):
-                    return
-            except (ValueError, KeyError, TypeError):
-                pass
-        # A race with another writer may put an older checkpoint over a newer one: still a
-        # valid one, only a little more to catch up from.
+        """Write ``index`` as the checkpoint (unless one at least as new is there) and trim
+        the log entries more than ``keep_log`` numbers older than the checkpoint."""
+        theirs = self._stored_marks(mailbox_id)
+        if theirs is not None and _not_behind(theirs, index.marks):
+            self._note_stored(mailbox_id, theirs)
+            return
         self.table.put(keys.checkpoint_key(mailbox_id), index.encode())
-        self.log.trim(mailbox_id, index.marks.logmark - self.keep_log + 1)
+        # Read back: a writer racing us may have put an older checkpoint over ours after its
+        # own check.  Trim only behind whichever checkpoint is there now, so that the log
+        # always reaches back to it (keep_log leaves slack for a writer still in between).
+        after = self._stored_marks(mailbox_id)
+        floor = min(index.marks.logmark, after.logmark if after is not None else 0)
+        self._note_stored(mailbox_id, after or index.marks)
+        self.log.trim(mailbox_id, floor - self.keep_log + 1)
+
+    def _note_stored(self, mailbox_id: bytes, marks: Marks) -> None:
+        with self._lock:
+            self._stored[mailbox_id] = marks
 
     def _remember(self, mailbox_id: bytes, index: MailboxIndex) -> None:
         with self._lock:
-            self._cache[mailbox_id] = index
+            held = self._cache.get(mailbox_id)
+            # Two threads opening one mailbox: never replace a newer copy by an older one.
+            if held is None or held is index or not _not_behind(held.marks, index.marks):
+                self._cache[mailbox_id] = index
             self._cache.move_to_end(mailbox_id)
             while len(self._cache) > self.cache_size:
-                self._cache.popitem(last=False)
+                gone, _ = self._cache.popitem(last=False)
+                self._stored.pop(gone, None)
 
     def forget(self, mailbox_id: bytes) -> None:
         with self._lock:
             self._cache.pop(mailbox_id, None)
+            self._stored.pop(mailbox_id, None)
 
 
 __all__ = ["Delta", "Indexes", "MailboxIndex", "Marks", "UidSet"]

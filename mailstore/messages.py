@@ -65,6 +65,17 @@ LISTING = [STATE, FLAGS, ENVELOPE, HEADER]
 EVERYTHING = None
 
 
+def flag_target(mode: str, wanted: frozenset[str], current: frozenset[str]) -> frozenset[str]:
+    """The flags a message has after STORE ``mode`` (add / remove / replace) of ``wanted``."""
+    if mode == "add":
+        return current | wanted
+    if mode == "remove":
+        return current - wanted
+    if mode == "replace":
+        return wanted
+    raise ValueError(f"bad flag mode {mode}")
+
+
 def canonical_flags(flags: Iterable[str]) -> frozenset[str]:
     """System flags in their canonical case; keywords as given.  ``\\Recent`` is never stored."""
     out = set()
@@ -367,27 +378,24 @@ class Messages:
     # -- flags ----------------------------------------------------------------------------------
 
     def store_flags(self, mailbox: Mailbox, uids: Iterable[int], flags: Iterable[str],
-                    mode: str = "add", unchanged_since: int | None = None
+                    mode: str = "add", unchanged_since: int | None = None,
+                    views: list[MessageView] | None = None
                     ) -> tuple[list[tuple[int, Flags]], list[int]]:
         """Change flags (RFC 3501 6.4.6); returns (changed messages, UIDs that failed the
-        UNCHANGEDSINCE test of RFC 7162).
+        UNCHANGEDSINCE test of RFC 7162).  ``views``: the messages' summaries, if the caller
+        has just read them (``uids`` is then ignored).
 
         Each message's flags cell is changed by check-and-put, so two sessions changing the same
         message never lose each other's change, and only the winner adjusts the unseen counter.
         """
-        if mode not in ("add", "remove", "replace"):
-            raise ValueError(f"bad flag mode {mode}")
         wanted = canonical_flags(flags)
-        views = self.get(mailbox.id, uids, SUMMARY)
+        if views is None:
+            views = self.get(mailbox.id, uids, SUMMARY)
         if not views:
             return [], []
 
         def target(current: Flags) -> frozenset[str]:
-            if mode == "add":
-                return current.names | wanted
-            if mode == "remove":
-                return current.names - wanted
-            return wanted
+            return flag_target(mode, wanted, current.names)
         # MODSEQs only for messages whose flags will change, as one block: sessions watching
         # the mailbox can then tell their own changes from others' by counting (selected.py).
         will_change = sum(1 for v in views if target(v.flags) != v.flags.names and (

@@ -21,13 +21,24 @@ from .content import DEFAULT_CHUNK, ContentStore
 from .errors import AlreadyExists, InvalidName, NotFound, OverQuota, TooLarge
 from .index import CHECKPOINT_EVERY, Delta, Indexes, MailboxIndex, Marks
 from .mailboxes import DEFAULT_FOLDERS, Mailbox, Mailboxes
-from .messages import FLAGS, STATE, SUMMARY, Messages, MessageView, StoredContent
+from .messages import (
+    FLAGS,
+    STATE,
+    SUMMARY,
+    Messages,
+    MessageView,
+    StoredContent,
+    canonical_flags,
+    flag_target,
+)
 from .records import COMMITTED, DELETING, MOVING, VISIBLE_STATES, Flags, MessageRecord, state_of
 from .schema import IMPORTS, create_schema
 from .transfers import Transfers
 from .users import User, Users, check_quota
 
 DEFAULT_MAX_MESSAGE = 64 * 1024 * 1024
+FLAG_BATCH = 1000
+"""Messages per change-log entry of a STORE."""
 
 
 def durable(method):
@@ -356,9 +367,32 @@ class MailStore:
         """STORE (RFC 3501 6.4.6).  Not fsynced, as Dovecot's default fsync_mode does not sync
         flag changes: they survive a crash of the process, and a power cut may lose the last
         ones, never a message.  Logged in the change log, so other sessions learn of it."""
+        if mode not in ("add", "remove", "replace"):
+            raise ValueError(f"bad flag mode {mode}")
+        wanted = canonical_flags(flags)
         uids = list(uids)
-        with self.changes.recording(mailbox.id, uids):
-            return self.messages.store_flags(mailbox, uids, flags, mode, unchanged_since)
+        changed: list[tuple[int, Flags]] = []
+        failed: list[int] = []
+        # In batches, each logged on its own: a long STORE 1:* is never one pending entry that
+        # readers settle (abandon_after) long before it ends.  Only the messages whose flags
+        # this changes are logged and written; the others are a no-op as of this read, and
+        # other sessions hear nothing of them.
+        for i in range(0, len(uids), FLAG_BATCH):
+            views = self.messages.get(mailbox.id, uids[i:i + FLAG_BATCH], SUMMARY)
+            moving = []
+            for view in views:
+                if unchanged_since is not None and view.flags.modseq > unchanged_since:
+                    failed.append(view.uid)
+                elif flag_target(mode, wanted, view.flags.names) != view.flags.names:
+                    moving.append(view)
+            if not moving:
+                continue
+            with self.changes.recording(mailbox.id, [v.uid for v in moving]):
+                done, missed = self.messages.store_flags(mailbox, (), wanted, mode,
+                                                         unchanged_since, views=moving)
+            changed += done
+            failed += missed
+        return changed, sorted(failed)
 
     @durable
     def expunge(self, mailbox: Mailbox, uids: Iterable[int]) -> list[int]:

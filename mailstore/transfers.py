@@ -29,7 +29,6 @@ from . import keys
 from .backends.base import Backend, Mutation, decode_counter, encode_counter
 from .changelog import ChangeLog
 from .content import ContentStore
-from .errors import NotFound
 from .mailboxes import MODSEQ, UID, Mailbox, Mailboxes
 from .messages import (
     BODY,
@@ -269,9 +268,16 @@ class Transfers:
 
     def _recover_move(self, source: Mailbox, op: dict) -> None:
         target = self.boxes.load(bytes.fromhex(op["target"]))
-        if target is None:
-            raise NotFound("move target mailbox is gone")
         table = self.messages.table
+        if target is None:
+            # The target was deleted after the crash: the move cannot finish, so it is undone.
+            # Messages claimed for it go back to committed in the source, none is lost.
+            for src_uid, _dst_uid in op["pairs"]:
+                key = keys.message_key(source.id, src_uid)
+                raw = table.row(key, [STATE]).get(STATE)
+                if state_of(raw) == MOVING:
+                    table.check_and_put(key, STATE, raw, STATE, with_state(raw, COMMITTED))
+            return
         moved: list[tuple[MessageView, int]] = []
         for src_uid, dst_uid in op["pairs"]:
             src_key = keys.message_key(source.id, src_uid)

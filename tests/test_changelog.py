@@ -22,6 +22,7 @@ from mailstore.changelog import (
     VOID,
     ChangeLog,
     decode_entry,
+    encode_entry,
     pack_uids,
     unpack_uids,
 )
@@ -214,3 +215,61 @@ def test_a_change_log_of_its_own_per_mailbox(store, inbox):
     assert store.changes.marks(inbox.id) == (0, 0)
     assert store.changes.changed_uids(inbox.id, 0, 0) == set()
     assert isinstance(store.changes, ChangeLog)
+
+
+def test_gaps_noted_while_a_writer_was_slow_are_forgotten_once_passed(store, inbox, clock):
+    """Found in review: a number noted as allocated-without-entry stayed in memory for good
+    when its writer then wrote the entry."""
+    log = store.changes
+    log.rows.increment(inbox.id, b"c:logseq", 1)    # a writer between increment and entry
+    log.advance(inbox.id)
+    assert (inbox.id, 1) in log._gaps
+    log.table.check_and_put(keys.change_key(inbox.id, 1), ENTRY, None, ENTRY,
+                            encode_entry(CLOSED, clock(), [5]))
+    assert log.advance(inbox.id) == 1
+    with log.recording(inbox.id, [6]):
+        pass
+    assert log._gaps == {}
+    assert log.changed_uids(inbox.id, 0, 2) == {5, 6}
+
+
+def test_a_walk_stops_reading_at_the_first_entry_still_pending(store, inbox):
+    """Found in review: every walk read every entry behind a stuck one, so the cost grew with
+    the backlog while a dead writer held the watermark."""
+    log = store.changes
+    stuck = log.recording(inbox.id, [1])
+    stuck.__enter__()
+    for uid in range(2, 40):
+        with log.recording(inbox.id, [uid]):
+            pass
+    read = []
+    real_scan = log.table.scan
+
+    def counting_scan(*args, **kwargs):
+        for item in real_scan(*args, **kwargs):
+            read.append(item[0])
+            yield item
+    log.table.scan = counting_scan
+    try:
+        assert log.advance(inbox.id) == 0
+    finally:
+        log.table.scan = real_scan
+    assert [keys.change_key_seq(k) for k in read] == [1]   # not the 39 behind it
+    stuck.__exit__(None, None, None)
+    assert log.marks(inbox.id) == (39, 39)
+
+
+def test_a_store_logs_only_what_it_changes_in_batches(store, inbox, monkeypatch):
+    """Found in review: a STORE logged every UID it named, so a no-op STORE 1:* sent FETCH
+    FLAGS for every message to every session; and one long STORE was one pending entry that
+    readers would settle (and a crash then lose) before it ended."""
+    monkeypatch.setattr("mailstore.store.FLAG_BATCH", 3)
+    uids = [store.append("ann", "INBOX", b"Subject: x\r\n\r\nbody\r\n",
+                         ["\\Seen"] if i % 2 else [])[1] for i in range(8)]
+    changed, _ = store.store_flags(inbox, uids, ["\\Seen"])
+    assert [u for u, _ in changed] == uids[0::2]
+    top, mark = store.changes.marks(inbox.id)
+    assert top == mark == 3                        # batches of 3 UIDs: 3, 3, 2 -> 3 entries
+    assert store.changes.changed_uids(inbox.id, 0, 3) == set(uids[0::2])
+    assert store.store_flags(inbox, uids, ["\\Seen"]) == ([], [])
+    assert store.changes.marks(inbox.id) == (3, 3)  # a no-op logs nothing

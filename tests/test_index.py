@@ -285,3 +285,80 @@ def test_uid_sets_behave_as_sets():
         copy.add(99)
         assert 99 not in ours
     check()
+
+
+def _open_with_stale_marks(store, mailbox, stale):
+    """Open ``mailbox`` as a SELECT does, but having read its marks *before* someone wrote a
+    newer checkpoint (the race this guards against)."""
+    real = store.indexes.marks
+    calls = []
+
+    def first_stale(ids):
+        calls.append(ids)
+        return stale if len(calls) == 1 else real(ids)
+    store.indexes.marks = first_stale
+    try:
+        return store.open_index(mailbox)
+    finally:
+        store.indexes.marks = real
+
+
+def test_marks_read_before_a_newer_checkpoint_do_not_hide_later_changes(backend, store):
+    """Found in review: an index started from a checkpoint newer than the marks read first
+    kept the older marks, so a later expunge of a message in between was never seen."""
+    inbox = fill(store, 10)
+    other = fresh_process(backend)
+    stale = store.indexes.marks([inbox.id])
+    other.append("ann", "INBOX", msg(10))
+    other.indexes.refresh_checkpoint(inbox)          # a checkpoint that already has UID 11
+    index = _open_with_stale_marks(store, inbox, stale)
+    assert 11 in index.uids and index.marks.visible >= 11
+    other.expunge(inbox, [11])
+    delta = store.changes_since(inbox, index.marks)
+    assert delta.gone == {11}
+    store.indexes.checkpoint_after = 1
+    store.append("ann", "INBOX", msg(11))
+    assert same(store.open_index(inbox), truth(store, inbox))
+    assert same(fresh_process(backend).open_index(inbox), truth(store, inbox))
+
+
+def test_a_mailbox_opened_often_still_gets_fresh_checkpoints(store):
+    """Found in review: a checkpoint was written only when one catch-up read 1,000 rows, so
+    a mailbox SELECTed often never got one and its log grew without end."""
+    inbox = fill(store, 5)
+    store.indexes.checkpoint_after = 10
+    store.indexes.keep_log = 4
+    store.open_index(inbox)
+    uid = store.uids(inbox)[0]
+    for i in range(30):
+        store.store_flags(inbox, [uid], ["\\Flagged"], "add" if i % 2 else "remove")
+        store.open_index(inbox)                      # small catch-ups, one at a time
+    stored = store.indexes.load_checkpoint(inbox.id)
+    assert stored.marks.logmark >= 20
+    first = next(iter(store.changes.table.scan(start=keys.change_key(inbox.id, 1),
+                                               stop=keys.change_key(inbox.id, 10**6))))
+    assert keys.change_key_seq(first[0]) > 10        # old entries trimmed
+
+
+def test_a_session_whose_mark_the_log_no_longer_reaches_rescans_and_reports_all(store):
+    """RFC 3501 7.4.1: after missing more than the log keeps, a session's refresh reads the
+    mailbox once and still reports every expunge, new message and flag change."""
+    from imapserver.imap.selected import SelectedMailbox
+
+    inbox = fill(store, 8, seen_every=1)           # all unseen
+    session = SelectedMailbox(store, inbox, readonly=False)
+    session.load()
+    uids = list(session.uids)
+    store.store_flags(inbox, [uids[1]], ["\\Seen"])
+    store.store_flags(inbox, [uids[2]], ["$Later"])
+    store.expunge(inbox, [uids[4]])
+    new_uid = store.append("ann", "INBOX", msg(99))[1]
+    store.changes.trim(inbox.id, store.changes.marks(inbox.id)[1] + 1)   # all of it gone
+    assert store.changes_since(inbox, session.index.marks) is None
+    changes = session.refresh()
+    assert changes.expunged_seqs == [5]
+    assert changes.exists == 8
+    assert sorted((seq, uid) for seq, uid, _names, _m in changes.flags) == \
+        [(2, uids[1]), (3, uids[2])]
+    assert list(session.uids) == uids[:4] + uids[5:] + [new_uid]
+    assert same(session.index, truth(store, inbox))

@@ -172,6 +172,28 @@ def test_interrupted_move_is_rolled_forward_on_open(store, clock):
     assert Fsck(store).run().ok
 
 
+def test_an_interrupted_move_whose_target_was_deleted_is_undone(store, clock):
+    """Found in review: recovery raised NotFound for good when the target was deleted after
+    the crash, so the source mailbox could no longer be opened."""
+    user = store.create_user("u", "pw")
+    for i in range(2):
+        store.append(user, "INBOX", message(i))
+    inbox, archive = store.mailbox(user, "INBOX"), store.mailbox(user, "Archive")
+    store.transfers._begin(inbox.id, {"op": "move", "target": archive.id.hex(),
+                                      "pairs": [[1, 1], [2, 2]]})
+    view = store.fetch(inbox, [1], None)[0]
+    assert store.messages.table.check_and_put(keys.message_key(inbox.id, 1), STATE,
+                                              view.state_raw, STATE,
+                                              with_state(view.state_raw, MOVING))
+    store.delete_mailbox(user, "Archive")
+    clock.sleep(61)
+    assert store.mailbox(user, "INBOX").id == inbox.id     # opens, recovering
+    assert store.transfers.pending(inbox.id) == []
+    assert store.uids(inbox) == [1, 2]
+    assert store.expunge(inbox, [1]) == [1]    # committed again: no longer claimed by a move
+    assert Fsck(store).run().ok
+
+
 def test_interrupted_expunge_is_finished_by_fsck(store, clock):
     user = store.create_user("u", "pw")
     for i in range(3):

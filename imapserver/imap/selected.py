@@ -186,7 +186,12 @@ class SelectedMailbox:
             changes.exists = len(fresh.uids)
         for seq, uid in enumerate(old.uids, start=1):
             flags = current[uid]
-            if flags.modseq > old.marks.modseq and self.own_flags.get(uid) != flags.modseq:
+            # A MODSEQ is taken before its change commits (0001), so one below the old mark
+            # may still be new to us: also compare the flags the index tracks.
+            tracked = (uid in old.unseen, *(uid in s for s in old.flagged.values()))
+            now_tracked = (uid in fresh.unseen, *(uid in s for s in fresh.flagged.values()))
+            if (flags.modseq > old.marks.modseq or tracked != now_tracked) \
+                    and self.own_flags.get(uid) != flags.modseq:
                 changes.flags.append((seq, uid, flags.names, flags.modseq))
         self.own_flags.clear()
         self.index = fresh

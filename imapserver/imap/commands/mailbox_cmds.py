@@ -58,7 +58,9 @@ def _select(ctx, readonly: bool):
     if selected.first_unseen is not None:
         ctx.untagged(b"OK [UNSEEN %d] First unseen" % selected.first_unseen)
     ctx.untagged(b"OK [UIDVALIDITY %d] UIDs valid" % selected.mailbox.uidvalidity)
-    ctx.untagged(b"OK [UIDNEXT %d] Predicted next UID" % selected.mailbox.uidnext)
+    # The mailbox row was read before the index: a message may have arrived in between.
+    uidnext = max(selected.mailbox.uidnext, selected.index.marks.visible + 1)
+    ctx.untagged(b"OK [UIDNEXT %d] Predicted next UID" % uidnext)
     ctx.finish(b"OK", f"{ctx.name} completed", "READ-ONLY" if readonly else "READ-WRITE")
 
 
