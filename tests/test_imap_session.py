@@ -311,7 +311,7 @@ def test_imaplib_round_trip(server):
 
 
 def test_reselecting_an_unchanged_mailbox_matches_a_fresh_read(server, client):
-    """A second SELECT may reuse the process's snapshot only while nothing changed (6.3.1)."""
+    """A second SELECT may reuse the process's cached index only while nothing changed (6.3.1)."""
     login(client)
     fresh_mailbox(client, "Snap")
     for i in range(3):
@@ -325,7 +325,7 @@ def test_reselecting_an_unchanged_mailbox_matches_a_fresh_read(server, client):
     assert any(b"$Later" in line for line in third if line.startswith(b"* FLAGS"))
 
 
-def test_reselect_after_appends_extends_the_snapshot_correctly(server, client):
+def test_reselect_after_appends_extends_the_cached_index_correctly(server, client):
     """6.3.1: after new messages only, SELECT shows them (EXISTS, UIDNEXT, first UNSEEN)."""
     login(client)
     fresh_mailbox(client, "Grow")
