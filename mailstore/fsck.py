@@ -28,6 +28,7 @@ from .imports import UID_CELL
 from .mailboxes import COUNT, DELETING, LIVE, SIZE, UID, UNSEEN, VISIBLE, Mailbox
 from .messages import BODY, ENVELOPE, FLAGS, HEADER, STATE
 from .records import ABANDONED, COMMITTED, MOVING, Flags, MessageRecord, state_of, with_state
+from .records import DELETING as DELETING_STATE
 from .schema import CHANGES, IMPORTS
 from .store import MailStore, purge_mailbox_messages
 
@@ -203,8 +204,11 @@ class Fsck:
     def check_orphan_mailboxes(self) -> None:
         """Mailbox rows that are half-deleted or that no index row reaches."""
         store = self.store
+        # Counters too: a mailbox row brought back by the increments of an append that raced
+        # the mailbox's deletion holds nothing else.
         for mailbox_id, row in store.mailboxes.rows.scan(start=b"\x00" * 16 + b"\x00",
-                                                         stop=b"\xff" * 17, columns=[b"m"]):
+                                                         stop=b"\xff" * 17,
+                                                         columns=[b"m", b"c"]):
             if mailbox_id == keys.STORE_ROW:
                 continue
             owner = row.get(b"m:owner", b"").decode()
@@ -215,6 +219,8 @@ class Fsck:
                 continue
             detail = ("deletion did not finish" if row.get(b"m:state") == DELETING
                       else "mailbox row that no name reaches")
+            if not self.repair:
+                self._count_refs(mailbox_id)  # still referenced until removed
             if self.repair:
                 mailbox = Mailbox(mailbox_id, owner, name, 0)
                 purge_mailbox_messages(store, mailbox)
@@ -223,6 +229,14 @@ class Fsck:
                 store.changes.drop(mailbox_id)
                 store.mailboxes.remove_row(mailbox_id)
             self.report.add("mailbox", f"{owner}:{name}", detail, self.repair)
+
+    def _count_refs(self, mailbox_id: bytes) -> None:
+        start, stop = keys.message_range(mailbox_id)
+        for _key, row in self.store.messages.table.scan(start=start, stop=stop,
+                                                        columns=[STATE], batch_size=2000):
+            raw = row.get(STATE)
+            if state_of(raw) in (COMMITTED, MOVING, DELETING_STATE):
+                self.refs[MessageRecord.decode(raw).content] += 1
 
     # -- content --------------------------------------------------------------------------------
 

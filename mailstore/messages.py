@@ -294,7 +294,8 @@ class Messages:
         first_seen: dict[int, float] = {}
         delay = 0.001
         while True:
-            mark = self.visible_uid(mailbox_id)
+            raw_mark = self.boxes.rows.row(mailbox_id, [VISIBLE]).get(VISIBLE)
+            mark = decode_counter(raw_mark)
             if mark >= target:
                 return
             start, stop = keys.message_range(mailbox_id, mark + 1, target)
@@ -304,7 +305,10 @@ class Messages:
             while reach + 1 in settled:
                 reach += 1
             if reach > mark:
-                self.boxes.rows.check_and_put(mailbox_id, VISIBLE, encode_counter(mark),
+                # From the cell's bytes as read, absent included: a mailbox row recreated by
+                # a racing append's increments has no watermark cell, and a compare with
+                # encoded zero would fail (and this loop spin) for ever.
+                self.boxes.rows.check_and_put(mailbox_id, VISIBLE, raw_mark,
                                               VISIBLE, encode_counter(reach))
                 delay = 0.001
                 continue

@@ -147,3 +147,29 @@ def test_import_records_of_a_deleted_mailbox_are_cleared(data_dir, tmp_path):
     # Importing again into a new mailbox of the same name imports everything again.
     again = run("import", "dan", str(mbox), "--mailbox", "Old", "--json", data_dir=data_dir)
     assert json.loads(again.stdout)["imported"] == 3
+
+
+def test_mail_appended_into_a_mailbox_deleted_meanwhile_is_found_and_removed(data_dir):
+    """A session that looked a mailbox up just before another deleted it can still append:
+    its increments bring back a mailbox row holding only counters, and its message row with
+    them.  fsck finds that row (no owner, no name reaches it) and removes it with its
+    message, its content reference and its change log."""
+    store = open_store(data_dir)
+    store.create_user("ann", "pw", default_folders=False)
+    store.create_mailbox("ann", "Gone")
+    gone = store.mailbox("ann", "Gone")
+    store.delete_mailbox("ann", "Gone")
+    store.append("ann", gone, message(1))          # the racing APPEND
+    assert store.mailboxes.rows.row(gone.id)        # counters only
+    store.close()
+    status, report = fsck(data_dir)
+    assert status == 1
+    assert [(p["kind"], p["detail"]) for p in report["problems"]] == [
+        ("mailbox", "mailbox row that no name reaches")]
+    assert fsck(data_dir, "--repair")[0] == 1
+    assert fsck(data_dir)[0] == 0
+    store = open_store(data_dir)
+    assert store.mailboxes.rows.row(gone.id) == {}
+    assert list(store.messages.table.scan(prefix=gone.id)) == []
+    assert store.stats()["contents"] == 0
+    store.close()
