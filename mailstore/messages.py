@@ -412,6 +412,7 @@ class Messages:
         for view in views:
             key = keys.message_key(mailbox.id, view.uid)
             current = view.flags
+            expected = current.encode()
             while True:
                 if unchanged_since is not None and current.modseq > unchanged_since:
                     failed.append(view.uid)
@@ -421,14 +422,17 @@ class Messages:
                     break
                 modseq = spare.pop(0) if spare else self.boxes.rows.increment(mailbox.id, MODSEQ)
                 new = Flags(modseq, frozenset(names))
-                if self.table.check_and_put(key, FLAGS, current.encode(), FLAGS, new.encode()):
+                if self.table.check_and_put(key, FLAGS, expected, FLAGS, new.encode()):
                     unseen_delta += int(current.seen) - int(new.seen)
                     changed.append((view.uid, new))
                     break
                 row = self.table.row(key, [STATE, FLAGS])
                 if state_of(row.get(STATE)) not in VISIBLE_STATES:
                     break  # expunged meanwhile
-                current = Flags.decode(row.get(FLAGS))
+                # Compare with the bytes as stored from now on (absent included), so a cell
+                # written in another form than ours can never make this loop for ever.
+                expected = row.get(FLAGS)
+                current = Flags.decode(expected)
         if unseen_delta:
             self.boxes.add_counts(mailbox.id, unseen=unseen_delta)
         return changed, failed

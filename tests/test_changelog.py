@@ -273,3 +273,15 @@ def test_a_store_logs_only_what_it_changes_in_batches(store, inbox, monkeypatch)
     assert store.changes.changed_uids(inbox.id, 0, 3) == set(uids[0::2])
     assert store.store_flags(inbox, uids, ["\\Seen"]) == ([], [])
     assert store.changes.marks(inbox.id) == (3, 3)  # a no-op logs nothing
+
+
+def test_a_flag_change_makes_progress_whatever_form_the_flags_cell_has(store, inbox):
+    """A flags cell missing, or written in a form that does not re-encode to the same bytes,
+    must not make STORE's check-and-put loop for ever: it compares with the bytes read."""
+    from mailstore.messages import FLAGS
+
+    uid = store.append("ann", "INBOX", b"Subject: x\r\n\r\nbody\r\n")[1]
+    key = keys.message_key(inbox.id, uid)
+    store.messages.table.delete(key, [FLAGS])
+    changed, _ = store.store_flags(inbox, [uid], ["\\Flagged"])
+    assert [(u, set(f.names)) for u, f in changed] == [(uid, {"\\Flagged"})]
