@@ -51,7 +51,7 @@ def resolve(ctx, token, uid_mode: bool) -> list[int]:
         raise Bad("expected a sequence set")
     text = token if isinstance(token, str) else token.decode("ascii", "replace")
     try:
-        return parse_seqset(text).resolve_uids(list(ctx.session.selected.uids), uid_mode)
+        return parse_seqset(text).resolve_uids(ctx.session.selected.uids, uid_mode)
     except ValueError as exc:
         raise Bad(str(exc)) from None
 
