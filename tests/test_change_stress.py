@@ -12,6 +12,8 @@ from __future__ import annotations
 import random
 import threading
 
+import pytest
+
 from imapserver.imap.selected import SelectedMailbox
 from mailstore.backends.embedded import EmbeddedBackend
 from mailstore.store import MailStore
@@ -21,9 +23,37 @@ def msg(n: int) -> bytes:
     return f"From: a@example.com\r\nSubject: s{n}\r\n\r\nbody {n}\r\n".encode()
 
 
-def test_a_session_follows_concurrent_writers_exactly(tmp_path):
+@pytest.fixture(params=["embedded", "hbase"])
+def connect(request, tmp_path):
+    """A function giving a new connection to one store, as a new process would open: its own
+    SQLite connection, or its own happybase pool through a Thrift gateway."""
     path = str(tmp_path / "store")
-    setup = MailStore(EmbeddedBackend(path))
+    if request.param == "embedded":
+        opened = []
+
+        def embedded():
+            opened.append(EmbeddedBackend(path))
+            return opened[-1]
+        yield embedded
+        for backend in opened:
+            backend.close()
+        return
+    from mailstore.backends.hbase import HBaseBackend
+    from mailstore.testing.thrift_gateway import ThriftGateway
+
+    with ThriftGateway(path) as gateway:
+        opened = []
+
+        def hbase():
+            opened.append(HBaseBackend(host="127.0.0.1", port=gateway.port, table_prefix="s"))
+            return opened[-1]
+        yield hbase
+        for backend in opened:
+            backend.close()
+
+
+def test_a_session_follows_concurrent_writers_exactly(connect):
+    setup = MailStore(connect())
     setup.create_user("ann", "pw", default_folders=False)
     setup.create_mailbox("ann", "Other")
     for i in range(30):
@@ -33,7 +63,7 @@ def test_a_session_follows_concurrent_writers_exactly(tmp_path):
     errors: list[BaseException] = []
 
     def writer(seed: int) -> None:
-        store = MailStore(EmbeddedBackend(path), create_tables=False)
+        store = MailStore(connect(), create_tables=False)
         rng = random.Random(seed)
         try:
             for step in range(40):
@@ -53,7 +83,7 @@ def test_a_session_follows_concurrent_writers_exactly(tmp_path):
         except BaseException as exc:  # reported by the main thread
             errors.append(exc)
 
-    reader_store = MailStore(EmbeddedBackend(path), create_tables=False)
+    reader_store = MailStore(connect(), create_tables=False)
     session = SelectedMailbox(reader_store, inbox, readonly=False)
     session.load()
     client = list(session.uids)   # what a client following the responses believes
@@ -94,5 +124,5 @@ def test_a_session_follows_concurrent_writers_exactly(tmp_path):
         if uid in views and names != views[uid]:
             raise AssertionError(f"UID {uid}: last reported {set(names)}, is {set(views[uid])}")
     # A process opening the mailbox now agrees.
-    fresh = MailStore(EmbeddedBackend(path), create_tables=False).open_index(inbox)
+    fresh = MailStore(connect(), create_tables=False).open_index(inbox)
     assert list(fresh.uids) == truth
