@@ -74,20 +74,21 @@ Test = Callable[["_Message"], "bool | None"]
 
 def evaluate(program: SearchProgram, store, mailbox, uids: list[int],
              recent: set[int] | None = None, *, batch_size: int = BATCH_SIZE,
-             flag_sets: dict[str, set[int]] | None = None) -> list[int]:
+             flag_sets: dict[str, tuple[bool, set[int]]] | None = None) -> list[int]:
     """The UIDs of the messages that match ``program``, ascending.
 
     ``store`` is the :class:`~mailstore.store.MailStore` and ``mailbox`` the selected
     :class:`~mailstore.mailboxes.Mailbox`.  ``uids`` is the session's UID list (ascending;
     index + 1 is the message sequence number); only those messages are searched, and one
     expunged by another session meanwhile matches nothing.  ``recent`` holds the UIDs that are
-    \\Recent in this session.  ``flag_sets`` (lower-case system flag -> the UIDs that have
-    it), when given, answers a program made only of flag, sequence and RECENT keys by set
-    algebra, reading nothing.  Store errors (:mod:`mailstore.errors`) propagate.
+    \\Recent in this session.  ``flag_sets`` (lower-case system flag -> ``(True, UIDs that
+    have it)`` or ``(False, UIDs that lack it)``), when given, answers a program made only of
+    flag, sequence and RECENT keys by set algebra, reading nothing.  Store errors
+    (:mod:`mailstore.errors`) propagate.
     """
     recent = recent or set()
     if flag_sets is not None and answerable_from_flags(program):
-        return sorted(_from_sets(program.key, uids, recent, flag_sets, set(uids)))
+        return _resolve_sets(_from_sets(program.key, uids, recent, flag_sets), uids)
     test = _compile(program.key, uids, recent)
     tiers = program.tiers
     content_keys = sorted({k for k in walk(program.key)
@@ -132,31 +133,61 @@ def answerable_from_flags(program: SearchProgram) -> bool:
                for k in walk(program.key))
 
 
-def _from_sets(key: Key, uids: list[int], recent: set[int], sets: dict[str, set[int]],
-               every: set[int]) -> set[int]:
+def _from_sets(key: Key, uids: list[int], recent: set[int],
+               sets: dict[str, tuple[bool, set[int]]]) -> tuple[bool, set[int]]:
+    """Evaluate a flag-only key by set algebra: ``(True, S)`` means the UIDs in S, ``(False,
+    S)`` every UID *but* those in S.  Complements are never built here, so UNSEEN on 100,000
+    messages touches the unseen UIDs only."""
     if isinstance(key, AllKey):
-        return every
+        return False, set()
     if isinstance(key, RecentKey):
-        return every & recent
+        return True, recent
     if isinstance(key, SequenceKey):
         out: set[int] = set()
         for start, stop in key.seqset.slices(uids, key.uid, strict=False):
             out.update(uids[start:stop])
-        return out
+        return True, out
     if isinstance(key, FlagKey):
-        having = sets.get(key.flag.lower(), set()) & every
-        return having if key.present else every - having
+        has, members = sets.get(key.flag.lower(), (True, set()))
+        return (has, members) if key.present else (not has, members)
     if isinstance(key, NotKey):
-        return every - _from_sets(key.key, uids, recent, sets, every)
+        positive, members = _from_sets(key.key, uids, recent, sets)
+        return not positive, members
+    parts = ([key.left, key.right] if isinstance(key, OrKey) else list(key.keys))
+    results = [_from_sets(k, uids, recent, sets) for k in parts]
     if isinstance(key, OrKey):
-        return (_from_sets(key.left, uids, recent, sets, every)
-                | _from_sets(key.right, uids, recent, sets, every))
-    if isinstance(key, AndKey):
-        out = every
-        for k in key.keys:
-            out = out & _from_sets(k, uids, recent, sets, every)
-        return out
-    raise TypeError(f"not a flag key: {key!r}")
+        (pa, a), (pb, b) = results
+        if pa and pb:
+            return True, a | b
+        if pa:
+            return False, b - a
+        if pb:
+            return False, a - b
+        return False, a & b
+    positive, acc = False, set()   # AND over nothing: everything
+    for pb, b in results:
+        if positive and pb:
+            acc = acc & b
+        elif positive:
+            acc = acc - b
+        elif pb:
+            positive, acc = True, b - acc
+        else:
+            acc = acc | b
+    return positive, acc
+
+
+def _resolve_sets(result: tuple[bool, set[int]], uids: list[int]) -> list[int]:
+    """The session's UIDs that ``result`` (from :func:`_from_sets`) names, ascending."""
+    positive, members = result
+    if positive:
+        found = []
+        for uid in sorted(members):
+            i = bisect_right(uids, uid) - 1
+            if i >= 0 and uids[i] == uid:
+                found.append(uid)
+        return found
+    return [u for u in uids if u not in members]
 
 
 class _FlagsOnly:

@@ -112,25 +112,31 @@ class SelectedMailbox:
         return [v.uid for v in self.store.fetch(self.mailbox, known, [FLAGS])
                 if "\\Deleted" in v.flags.names]
 
-    def flag_sets(self) -> dict[str, set[int]] | None:
-        """For SEARCH: the session's UIDs having each system flag (lower-case names), from its
-        index corrected by the change log since its last refresh -- no row read but those the
-        log names.  None when the log no longer reaches back (SEARCH then reads the rows)."""
+    def flag_sets(self) -> dict[str, tuple[bool, set[int]]] | None:
+        """For SEARCH: per system flag (lower-case), ``(True, UIDs having it)`` -- or for
+        \\Seen ``(False, UIDs lacking it)``, the small side -- from the session's index
+        corrected by the change log since its last refresh: no row read but those the log
+        names.  None when the log no longer reaches back (SEARCH then reads the rows)."""
         delta = self.store.changes_since(self.mailbox, self.index.marks)
         if delta is None:
             return None
-        every = set(self.index.uids)
-        seen = every.difference(self.index.unseen)
-        sets = {flag.lower(): set(uids) for flag, uids in self.index.flagged.items()}
+        unseen = set(self.index.unseen)
+        having = {flag.lower(): set(uids) for flag, uids in self.index.flagged.items()}
         for uid, flags in delta.changed:
-            if uid not in every:
+            if self.index.seq_of(uid) is None:
                 continue
-            for name, uids in (("\\seen", seen), *sets.items()):
-                if any(f.lower() == name for f in flags.names):
+            names = {f.lower() for f in flags.names}
+            if "\\seen" in names:
+                unseen.discard(uid)
+            else:
+                unseen.add(uid)
+            for name, uids in having.items():
+                if name in names:
                     uids.add(uid)
                 else:
                     uids.discard(uid)
-        sets["\\seen"] = seen
+        sets = {name: (True, uids) for name, uids in having.items()}
+        sets["\\seen"] = (False, unseen)
         return sets
 
     # -- refresh ----------------------------------------------------------------------------
