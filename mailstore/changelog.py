@@ -32,7 +32,7 @@ import threading
 import time
 import zlib
 from array import array
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 
 from . import keys
@@ -95,35 +95,48 @@ class ChangeLog:
     # -- writing ----------------------------------------------------------------------------
 
     @contextmanager
-    def recording(self, mailbox_id: bytes, uids: Iterable[int]) -> Iterator[None]:
+    def recording(self, mailbox_id: bytes, uids: Iterable[int],
+                  also: Mapping[bytes, int] | None = None) -> Iterator[dict[bytes, int]]:
         """Log a change to ``uids`` of a mailbox around the block that makes it.
 
         The entry is pending before the block runs and closed after it, also when the block
-        fails half-way (readers then re-read the rows and see whatever was done).
+        fails half-way (readers then re-read the rows and see whatever was done).  ``also``:
+        other counters of the mailbox row to add to in the same step as the change number is
+        taken (a STORE's MODSEQs: one statement on the embedded store); the block gets their
+        new values.
         """
         uids = sorted(set(uids))
         if not uids:
-            yield
+            yield (self.rows.increment_many(mailbox_id, also, returning=tuple(also))
+                   if also else {})
             return
-        seq, pending = self._put_entry(mailbox_id, PENDING, uids)
+        seq, pending, values = self._put_entry(mailbox_id, PENDING, uids, also)
         try:
-            yield
+            yield values
         finally:
             closed = encode_entry(CLOSED, self.clock(), uids)
             if not self.table.check_and_put(keys.change_key(mailbox_id, seq), ENTRY, pending,
                                             ENTRY, closed):
                 # A reader settled our entry while we were slow: whatever we changed after
                 # that must be logged again, or readers past that number would never see it.
-                seq, _ = self._put_entry(mailbox_id, CLOSED, uids)
+                seq, _, _ = self._put_entry(mailbox_id, CLOSED, uids)
             self.advance(mailbox_id, seq)
 
-    def _put_entry(self, mailbox_id: bytes, state: bytes, uids: list[int]) -> tuple[int, bytes]:
-        for _attempt in range(5):
-            seq = self.rows.increment(mailbox_id, LOGSEQ, 1)
+    def _put_entry(self, mailbox_id: bytes, state: bytes, uids: list[int],
+                   also: Mapping[bytes, int] | None = None
+                   ) -> tuple[int, bytes, dict[bytes, int]]:
+        values: dict[bytes, int] = {}
+        for attempt in range(5):
+            if also and not attempt:
+                values = self.rows.increment_many(mailbox_id, {LOGSEQ: 1, **also},
+                                                  returning=(LOGSEQ, *also))
+                seq = values.pop(LOGSEQ)
+            else:
+                seq = self.rows.increment(mailbox_id, LOGSEQ, 1)
             value = encode_entry(state, self.clock(), uids)
             if self.table.check_and_put(keys.change_key(mailbox_id, seq), ENTRY, None, ENTRY,
                                         value):
-                return seq, value
+                return seq, value, values
             # Voided by a reader because we stalled between the increment and here.
         raise Conflict("could not log the change: change numbers kept being voided")
 

@@ -383,11 +383,12 @@ class Messages:
 
     def store_flags(self, mailbox: Mailbox, uids: Iterable[int], flags: Iterable[str],
                     mode: str = "add", unchanged_since: int | None = None,
-                    views: list[MessageView] | None = None
+                    views: list[MessageView] | None = None, modseqs: Iterable[int] = ()
                     ) -> tuple[list[tuple[int, Flags]], list[int]]:
         """Change flags (RFC 3501 6.4.6); returns (changed messages, UIDs that failed the
         UNCHANGEDSINCE test of RFC 7162).  ``views``: the messages' summaries, if the caller
-        has just read them (``uids`` is then ignored).
+        has just read them (``uids`` is then ignored); ``modseqs``: MODSEQs the caller has
+        already taken for them (more are taken if needed).
 
         Each message's flags cell is changed by check-and-put, so two sessions changing the same
         message never lose each other's change, and only the winner adjusts the unseen counter.
@@ -400,14 +401,15 @@ class Messages:
 
         def target(current: Flags) -> frozenset[str]:
             return flag_target(mode, wanted, current.names)
-        # MODSEQs only for messages whose flags will change, as one block: sessions watching
-        # the mailbox can then tell their own changes from others' by counting (selected.py).
+        # MODSEQs only for messages whose flags will change, as one block (taken by the caller
+        # with its change-log number when it has them).
         will_change = sum(1 for v in views if target(v.flags) != v.flags.names and (
             unchanged_since is None or v.flags.modseq <= unchanged_since))
-        spare: list[int] = []
-        if will_change:
-            top = self.boxes.rows.increment(mailbox.id, MODSEQ, will_change)
-            spare = list(range(top - will_change + 1, top + 1))
+        spare: list[int] = list(modseqs)
+        if will_change > len(spare):
+            need = will_change - len(spare)
+            top = self.boxes.rows.increment(mailbox.id, MODSEQ, need)
+            spare += range(top - need + 1, top + 1)
         changed, failed, unseen_delta = [], [], 0
         for view in views:
             key = keys.message_key(mailbox.id, view.uid)

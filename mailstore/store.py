@@ -20,7 +20,7 @@ from .changelog import ChangeLog
 from .content import DEFAULT_CHUNK, ContentStore
 from .errors import AlreadyExists, InvalidName, NotFound, OverQuota, TooLarge
 from .index import CHECKPOINT_EVERY, Delta, Indexes, MailboxIndex, Marks
-from .mailboxes import DEFAULT_FOLDERS, Mailbox, Mailboxes
+from .mailboxes import DEFAULT_FOLDERS, MODSEQ, Mailbox, Mailboxes
 from .messages import (
     FLAGS,
     STATE,
@@ -387,9 +387,13 @@ class MailStore:
                     moving.append(view)
             if not moving:
                 continue
-            with self.changes.recording(mailbox.id, [v.uid for v in moving]):
-                done, missed = self.messages.store_flags(mailbox, (), wanted, mode,
-                                                         unchanged_since, views=moving)
+            # The batch's MODSEQs come with its change number, in one step.
+            with self.changes.recording(mailbox.id, [v.uid for v in moving],
+                                        also={MODSEQ: len(moving)}) as taken:
+                top = taken[MODSEQ]
+                done, missed = self.messages.store_flags(
+                    mailbox, (), wanted, mode, unchanged_since, views=moving,
+                    modseqs=range(top - len(moving) + 1, top + 1))
             changed += done
             failed += missed
         return changed, sorted(failed)
