@@ -399,8 +399,11 @@ class MailStore:
         return changed, sorted(failed)
 
     @durable
-    def expunge(self, mailbox: Mailbox, uids: Iterable[int]) -> list[int]:
-        return self.transfers.expunge(mailbox, uids)
+    def expunge(self, mailbox: Mailbox, uids: Iterable[int],
+                only_deleted: bool = False) -> list[int]:
+        """Expunge ``uids`` (only those with \\Deleted, if ``only_deleted``, as read in the
+        same step: EXPUNGE, CLOSE and UID EXPUNGE need not read the rows first)."""
+        return self.transfers.expunge(mailbox, uids, only_deleted)
 
     @durable
     def copy(self, source: Mailbox, uids: Iterable[int], target: Mailbox

@@ -88,10 +88,13 @@ class Transfers:
 
     # -- expunge --------------------------------------------------------------------------------
 
-    def expunge(self, mailbox: Mailbox, uids: Iterable[int]) -> list[int]:
-        """Remove messages for good (RFC 3501 6.4.3); returns the UIDs removed, ascending."""
+    def expunge(self, mailbox: Mailbox, uids: Iterable[int],
+                only_deleted: bool = False) -> list[int]:
+        """Remove messages for good (RFC 3501 6.4.3); returns the UIDs removed, ascending.
+        With ``only_deleted``, only those of ``uids`` that have ``\\Deleted`` as read here."""
         views = [v for v in self.messages.get(mailbox.id, sorted(set(uids)), SUMMARY)
-                 if state_of(v.state_raw) == COMMITTED]
+                 if state_of(v.state_raw) == COMMITTED
+                 and (not only_deleted or "\\Deleted" in v.flags.names)]
         if not views:
             return []
         intent = self._begin(mailbox.id, {"op": "expunge", "uids": [v.uid for v in views]})

@@ -229,6 +229,9 @@ def test_copy_move_and_uid_commands(client):
     client.cmd("u2", "STORE 1 +FLAGS (\\Deleted)")
     lines = client.cmd("u3", "UID EXPUNGE 5")
     assert lines[:-1] == [b"* 3 EXPUNGE"]  # only UID 5, though UID 1 is \Deleted too
+    lines = client.cmd("u5", "UID EXPUNGE 3")     # UID 3 is not \Deleted: nothing goes
+    assert lines[-1].startswith(b"u5 OK") and not any(ln.endswith(b"EXPUNGE") for ln in lines)
+    assert client.cmd("u6", "UID SEARCH ALL")[0] == b"* SEARCH 1 3"
     assert client.cmd("u4", "UID SEARCH DELETED")[0] == b"* SEARCH 1"
 
 

@@ -278,3 +278,14 @@ def test_mailboxes_need_an_existing_user_and_take_their_import_records_along(sto
     records.put(keys.import_key(mailbox.id, b"\x01" * 32), {b"i:uid": b"\x00" * 8})
     store.delete_mailbox(alice, "Imported")
     assert list(records.scan(prefix=mailbox.id)) == []
+
+
+def test_expunge_of_deleted_only_keeps_what_lost_its_deleted_flag(store, alice):
+    """RFC 3501 6.4.3: EXPUNGE removes the messages that have \\Deleted.  Candidates a session
+    picked a moment ago are checked as the store reads them to expunge, so one whose \\Deleted
+    another session just removed stays."""
+    uids = [store.append(alice, "INBOX", message(i), ["\\Deleted"])[1] for i in range(3)]
+    inbox = store.mailbox(alice, "INBOX")
+    store.store_flags(inbox, [uids[1]], ["\\Deleted"], "remove")
+    assert store.expunge(inbox, uids, only_deleted=True) == [uids[0], uids[2]]
+    assert store.uids(inbox) == [uids[1]]

@@ -22,7 +22,6 @@ from dataclasses import dataclass, field
 
 from mailstore.index import MailboxIndex, Marks
 from mailstore.mailboxes import Mailbox
-from mailstore.messages import FLAGS
 from mailstore.store import MailStore
 
 _ZERO = Marks(0, 0, 0)
@@ -92,8 +91,9 @@ class SelectedMailbox:
         return self.index.seq_of(uid)
 
     def deleted_uids(self) -> list[int]:
-        """UIDs of this session's messages that have \\Deleted now (EXPUNGE, CLOSE): the ones
-        its index knows, corrected by the change log since, each confirmed on its row."""
+        """UIDs of this session's messages that may have \\Deleted now (EXPUNGE, CLOSE): the
+        ones its index knows, corrected by the change log since.  The store confirms each on
+        its row as it expunges (``only_deleted``)."""
         candidates = set(self.index.deleted)
         delta = self.store.changes_since(self.mailbox, self.index.marks)
         if delta is None:
@@ -106,11 +106,7 @@ class SelectedMailbox:
                     candidates.add(uid)
                 else:
                     candidates.discard(uid)
-        known = sorted(u for u in candidates if self.index.seq_of(u) is not None)
-        if not known:
-            return []
-        return [v.uid for v in self.store.fetch(self.mailbox, known, [FLAGS])
-                if "\\Deleted" in v.flags.names]
+        return sorted(u for u in candidates if self.index.seq_of(u) is not None)
 
     def flag_sets(self) -> dict[str, tuple[bool, set[int]]] | None:
         """For SEARCH: per system flag (lower-case), ``(True, UIDs having it)`` -- or for

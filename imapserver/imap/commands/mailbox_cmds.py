@@ -151,7 +151,7 @@ def close(ctx):
         def run():
             doomed = selected.deleted_uids()
             if doomed:
-                ctx.store.expunge(selected.mailbox, doomed)
+                ctx.store.expunge(selected.mailbox, doomed, only_deleted=True)
         yield ctx.call(run)
 
 

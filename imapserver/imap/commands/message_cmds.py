@@ -149,14 +149,11 @@ def _expunge(ctx, only: list[int] | None):
     selected = ctx.session.selected
 
     def run():
-        if only is None:
-            # From the session's index and the change log, confirmed on the rows: no scan of
-            # the mailbox (EXPUNGE of a big one used to spend its time there).
-            doomed = selected.deleted_uids()
-        else:
-            views = ctx.store.fetch(selected.mailbox, only)
-            doomed = [v.uid for v in views if "\\Deleted" in v.flags.names]
-        return ctx.store.expunge(selected.mailbox, doomed) if doomed else []
+        # Candidates from the session's index and the change log (no scan of the mailbox),
+        # or the UIDs named by UID EXPUNGE; the store keeps those with \Deleted as it reads
+        # them to expunge (RFC 3501 6.4.3, RFC 4315 2.1).
+        doomed = selected.deleted_uids() if only is None else only
+        return ctx.store.expunge(selected.mailbox, doomed, only_deleted=True) if doomed else []
     gone = yield ctx.call(run)
     for seq in selected.forget(gone):
         ctx.untagged(b"%d EXPUNGE" % seq)
