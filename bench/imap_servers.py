@@ -289,6 +289,17 @@ class Sampler:
 
 # -- the servers -----------------------------------------------------------------------------------
 
+def stop_process(proc: subprocess.Popen | None) -> None:
+    """Terminate a server process if it runs (SIGKILL if it ignores that for 30 s)."""
+    if proc is not None and proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -357,13 +368,7 @@ class OurServer:
         return cpu_seconds(self.pid)
 
     def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        stop_process(self.proc)
         self.proc = None
 
 
@@ -483,11 +488,5 @@ service imap-login {{
             cpu_seconds(p) for p, _ in process_tree(self.pid))
 
     def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        stop_process(self.proc)
         self.proc = None

@@ -36,7 +36,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 
 from . import keys
-from .backends.base import Backend, Mutation, decode_counter, encode_counter
+from .backends.base import Backend, decode_counter, delete_rows, encode_counter
 from .errors import Conflict
 from .schema import CHANGES, MAILBOXES
 
@@ -264,28 +264,16 @@ class ChangeLog:
 
     # -- housekeeping -------------------------------------------------------------------------
 
-    def trim(self, mailbox_id: bytes, below: int, batch: int = 1000) -> int:
+    def trim(self, mailbox_id: bytes, below: int) -> int:
         """Delete the entries numbered below ``below``; return how many."""
         if below <= 1:
             return 0
         start, stop = keys.change_range(mailbox_id, 1, below - 1)
-        removed = 0
-        while True:
-            found = [k for k, _ in self.table.scan(start=start, stop=stop, columns=[ENTRY],
-                                                   limit=batch)]
-            if not found:
-                return removed
-            self.table.mutate_rows([Mutation(k, delete_row=True) for k in found])
-            removed += len(found)
+        return delete_rows(self.table, start=start, stop=stop, columns=[ENTRY], batch=1000)
 
-    def drop(self, mailbox_id: bytes, batch: int = 1000) -> None:
+    def drop(self, mailbox_id: bytes) -> None:
         """Delete a mailbox's log and checkpoint (the mailbox is being deleted)."""
-        stop = keys.change_key(mailbox_id, keys.MAX_UID) + b"\x00"
-        while True:
-            found = [k for k, _ in self.table.scan(start=mailbox_id, stop=stop, limit=batch)]
-            if not found:
-                return
-            self.table.mutate_rows([Mutation(k, delete_row=True) for k in found])
+        delete_rows(self.table, prefix=mailbox_id, batch=1000)
 
 
 __all__ = ["ChangeLog", "LOGMARK", "LOGSEQ", "pack_uids", "unpack_uids"]

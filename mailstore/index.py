@@ -37,8 +37,8 @@ from . import keys
 from .backends.base import Backend, decode_counter
 from .changelog import LOGMARK, LOGSEQ, ChangeLog, pack_uids, unpack_uids
 from .mailboxes import MODSEQ, VISIBLE, Mailbox
-from .messages import FLAGS, STATE, Messages
-from .records import VISIBLE_STATES, Flags
+from .messages import FLAGS, Messages
+from .records import Flags
 from .schema import CHANGES, MAILBOXES
 
 META = b"k:meta"
@@ -82,6 +82,18 @@ class Delta:
         return len(self.new) + len(self.changed) + len(self.gone)
 
 
+def remove_sorted(uids: array, gone: set[int]) -> array:
+    """``uids`` (ascending) without ``gone``: a few found by bisection and deleted in place,
+    many by one pass (which returns a new array)."""
+    if len(gone) > SMALL_CHANGE:
+        return array("Q", (u for u in uids if u not in gone))
+    for uid in gone:
+        i = bisect.bisect_left(uids, uid)
+        if i < len(uids) and uids[i] == uid:
+            del uids[i]
+    return uids
+
+
 class UidSet:
     """A set of UIDs kept as a sorted ``array('Q')``: 8 bytes a UID, where a Python set of ints
     takes about 70.  Every session holds one per tracked flag of its mailbox, and a junk folder
@@ -120,11 +132,7 @@ class UidSet:
             del self._uids[i]
 
     def difference_update(self, gone: set[int]) -> None:
-        if len(gone) <= SMALL_CHANGE:
-            for uid in gone:   # a few: found by bisection, not a pass over every UID
-                self.discard(uid)
-        else:
-            self._uids = array("Q", (u for u in self._uids if u not in gone))
+        self._uids = remove_sorted(self._uids, gone)
 
     def first(self) -> int:
         return self._uids[0]
@@ -201,13 +209,7 @@ class MailboxIndex:
     def remove(self, gone: set[int]) -> None:
         if not gone:
             return
-        if len(gone) <= SMALL_CHANGE:
-            for uid in gone:   # a few: found by bisection, not a pass over every UID
-                i = bisect.bisect_left(self.uids, uid)
-                if i < len(self.uids) and self.uids[i] == uid:
-                    del self.uids[i]
-        else:
-            self.uids = array("Q", (u for u in self.uids if u not in gone))
+        self.uids = remove_sorted(self.uids, gone)
         self.unseen.difference_update(gone)
         for uids in self.flagged.values():
             uids.difference_update(gone)
@@ -306,7 +308,8 @@ class Indexes:
         delta = Delta(now)
         if now.visible > since.visible:
             delta.new = [(v.uid, v.flags) for v in self.messages.scan(
-                mailbox.id, since.visible + 1, now.visible, [FLAGS], batch_size=5000)]
+                mailbox.id, since.visible + 1, now.visible, [FLAGS], batch_size=5000,
+                visible=now.visible)]
         touched = self.log.changed_uids(mailbox.id, since.logmark, now.logmark)
         if touched is None:
             return None
@@ -317,10 +320,12 @@ class Indexes:
             # Many (a STORE on 1:*): one bounded scan of the range beats multi-gets.
             keep = set(wanted)
             views = [v for v in self.messages.scan(mailbox.id, wanted[0], wanted[-1], [FLAGS],
-                                                   batch_size=5000) if v.uid in keep]
+                                                   batch_size=5000, visible=now.visible)
+                     if v.uid in keep]
         else:
             views = [v for i in range(0, len(wanted), GET_BATCH)
-                     for v in self.messages.get(mailbox.id, wanted[i:i + GET_BATCH], [FLAGS])]
+                     for v in self.messages.get(mailbox.id, wanted[i:i + GET_BATCH], [FLAGS],
+                                                visible=now.visible)]
         delta.changed = [(v.uid, v.flags) for v in views]
         delta.gone = set(wanted) - {v.uid for v in views}
         return delta
@@ -369,14 +374,8 @@ class Indexes:
     def build(self, mailbox: Mailbox, now: Marks) -> MailboxIndex:
         """An index read from the message rows themselves (the commit and flag cells)."""
         index = MailboxIndex(now)
-        if now.visible < 1:
-            return index
-        start, stop = keys.message_range(mailbox.id, 1, now.visible)
-        rows = self.messages.table.scan(start=start, stop=stop, columns=[STATE, FLAGS],
-                                        reverse=True, batch_size=5000)
-        for key, row in rows:
-            if row.get(STATE, b"")[:1] in VISIBLE_STATES:
-                index.add(keys.message_key_uid(key), Flags.decode(row.get(FLAGS)))
+        for uid, flags in self.messages.uid_flags(mailbox.id, now.visible):
+            index.add(uid, flags)
         return index
 
     def load_checkpoint(self, mailbox_id: bytes) -> MailboxIndex | None:

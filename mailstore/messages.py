@@ -325,12 +325,14 @@ class Messages:
 
     def scan(self, mailbox_id: bytes, low_uid: int = 1, high_uid: int | None = None,
              columns: list[bytes] | None = SUMMARY, newest_first: bool = False,
-             limit: int | None = None, batch_size: int = 1000) -> Iterator[MessageView]:
+             limit: int | None = None, batch_size: int = 1000,
+             visible: int | None = None) -> Iterator[MessageView]:
         """Visible messages with ``low_uid <= uid <= high_uid``, oldest first by default.
 
-        One bounded scan of the mailbox's key range; ``high_uid`` is capped at the watermark.
+        One bounded scan of the mailbox's key range; ``high_uid`` is capped at the watermark
+        (``visible``, if the caller has just read it).
         """
-        mark = self.visible_uid(mailbox_id)
+        mark = self.visible_uid(mailbox_id) if visible is None else visible
         high = mark if high_uid is None else min(high_uid, mark)
         if high < max(low_uid, 1):
             return
@@ -368,10 +370,24 @@ class Messages:
         return [base - int.from_bytes(key[16:24], "big") for key, row in rows
                 if row[STATE][:1] in VISIBLE_STATES]
 
+    def uid_flags(self, mailbox_id: bytes, high_uid: int) -> Iterator[tuple[int, Flags]]:
+        """(UID, flags) of every visible message up to ``high_uid``, ascending: one bounded
+        scan of the commit and flag cells, decoding nothing else."""
+        if high_uid < 1:
+            return
+        start, stop = keys.message_range(mailbox_id, 1, high_uid)
+        rows = self.table.scan(start=start, stop=stop, columns=[STATE, FLAGS], reverse=True,
+                               batch_size=5000)
+        for key, row in rows:
+            if row.get(STATE, b"")[:1] in VISIBLE_STATES:
+                yield keys.message_key_uid(key), Flags.decode(row.get(FLAGS))
+
     def get(self, mailbox_id: bytes, uids: Iterable[int],
-            columns: list[bytes] | None = SUMMARY) -> list[MessageView]:
-        """The visible messages among ``uids``, in the order given, one round trip."""
-        mark = self.visible_uid(mailbox_id)
+            columns: list[bytes] | None = SUMMARY, visible: int | None = None
+            ) -> list[MessageView]:
+        """The visible messages among ``uids``, in the order given, one round trip
+        (``visible``: the watermark, if the caller has just read it)."""
+        mark = self.visible_uid(mailbox_id) if visible is None else visible
         wanted = [u for u in uids if 0 < u <= mark]
         if columns is not None and STATE not in columns:
             columns = [STATE, *columns]

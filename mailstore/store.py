@@ -15,15 +15,13 @@ from dataclasses import dataclass
 
 from . import keys, names
 from .backends import open_backend
-from .backends.base import Backend, Mutation
+from .backends.base import Backend, Mutation, delete_rows
 from .changelog import ChangeLog
 from .content import DEFAULT_CHUNK, ContentStore
 from .errors import AlreadyExists, InvalidName, NotFound, OverQuota, TooLarge
 from .index import CHECKPOINT_EVERY, Delta, Indexes, MailboxIndex, Marks
 from .mailboxes import DEFAULT_FOLDERS, MODSEQ, Mailbox, Mailboxes
 from .messages import (
-    FLAGS,
-    STATE,
     SUMMARY,
     Messages,
     MessageView,
@@ -31,7 +29,7 @@ from .messages import (
     canonical_flags,
     flag_target,
 )
-from .records import COMMITTED, DELETING, MOVING, VISIBLE_STATES, Flags, MessageRecord, state_of
+from .records import COMMITTED, DELETING, MOVING, Flags, MessageRecord, state_of
 from .schema import IMPORTS, create_schema
 from .transfers import Transfers
 from .users import User, Users, check_quota
@@ -212,12 +210,7 @@ class MailStore:
 
     def _drop_import_records(self, mailbox_id: bytes) -> None:
         """Forget what was imported into a mailbox (one bounded prefix scan)."""
-        table = self.backend.table(IMPORTS.name)
-        while True:
-            keys_ = [k for k, _ in table.scan(prefix=mailbox_id, limit=500, columns=[b"i"])]
-            if not keys_:
-                return
-            table.mutate_rows([Mutation(k, delete_row=True) for k in keys_])
+        delete_rows(self.backend.table(IMPORTS.name), prefix=mailbox_id, columns=[b"i"])
 
     @durable
     def subscribe(self, user: str, name: str) -> None:
@@ -323,15 +316,8 @@ class MailStore:
 
     def uid_flags(self, mailbox: Mailbox, high_uid: int) -> Iterator[tuple[int, Flags]]:
         """(UID, flags) of every visible message up to ``high_uid``, ascending, decoding
-        nothing else: what an IMAP SELECT needs for sequence numbers and UNSEEN."""
-        if high_uid < 1:
-            return
-        start, stop = keys.message_range(mailbox.id, 1, high_uid)
-        rows = self.messages.table.scan(start=start, stop=stop, columns=[STATE, FLAGS],
-                                        reverse=True, batch_size=5000)
-        for key, row in rows:
-            if row.get(STATE, b"")[:1] in VISIBLE_STATES:
-                yield keys.message_key_uid(key), Flags.decode(row.get(FLAGS))
+        nothing else (SEARCH on flags, and a session whose change log was trimmed)."""
+        return self.messages.uid_flags(mailbox.id, high_uid)
 
     def marks(self, mailbox_ids: Sequence[bytes]) -> dict[bytes, Marks]:
         """Where each mailbox stands, in one round trip: a new message moves its UID watermark,

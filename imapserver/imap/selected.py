@@ -90,49 +90,37 @@ class SelectedMailbox:
     def seq_of(self, uid: int) -> int | None:
         return self.index.seq_of(uid)
 
-    def deleted_uids(self) -> list[int]:
-        """UIDs of this session's messages that may have \\Deleted now (EXPUNGE, CLOSE): the
-        ones its index knows, corrected by the change log since.  The store confirms each on
-        its row as it expunges (``only_deleted``)."""
-        candidates = set(self.index.deleted)
-        delta = self.store.changes_since(self.mailbox, self.index.marks)
-        if delta is None:
-            candidates = {uid for uid, flags in self.store.uid_flags(self.mailbox,
-                                                                     self.known_visible)
-                          if "\\Deleted" in flags.names}
-        else:
-            for uid, flags in delta.changed:
-                if "\\Deleted" in flags.names:
-                    candidates.add(uid)
-                else:
-                    candidates.discard(uid)
-        return sorted(u for u in candidates if self.index.seq_of(u) is not None)
-
-    def flag_sets(self) -> dict[str, tuple[bool, set[int]]] | None:
-        """For SEARCH: per system flag (lower-case), ``(True, UIDs having it)`` -- or for
-        \\Seen ``(False, UIDs lacking it)``, the small side -- from the session's index
-        corrected by the change log since its last refresh: no row read but those the log
-        names.  None when the log no longer reaches back (SEARCH then reads the rows)."""
+    def _flags_now(self) -> MailboxIndex | None:
+        """The session's index with the flag changes logged since its last refresh applied
+        (its UIDs as they are: the client has not been told of anything else yet) -- no row
+        read but those the log names.  None when the log no longer reaches back."""
         delta = self.store.changes_since(self.mailbox, self.index.marks)
         if delta is None:
             return None
-        unseen = set(self.index.unseen)
-        having = {flag.lower(): set(uids) for flag, uids in self.index.flagged.items()}
+        view = self.index.copy()
         for uid, flags in delta.changed:
-            if self.index.seq_of(uid) is None:
-                continue
-            names = {f.lower() for f in flags.names}
-            if "\\seen" in names:
-                unseen.discard(uid)
-            else:
-                unseen.add(uid)
-            for name, uids in having.items():
-                if name in names:
-                    uids.add(uid)
-                else:
-                    uids.discard(uid)
-        sets = {name: (True, uids) for name, uids in having.items()}
-        sets["\\seen"] = (False, unseen)
+            if view.seq_of(uid) is not None:
+                view.note_flags(uid, flags)
+        return view
+
+    def deleted_uids(self) -> list[int]:
+        """UIDs of this session's messages that may have \\Deleted now (EXPUNGE, CLOSE).  The
+        store confirms each on its row as it expunges (``only_deleted``)."""
+        view = self._flags_now()
+        if view is None:
+            return [uid for uid, flags in self.store.uid_flags(self.mailbox, self.known_visible)
+                    if "\\Deleted" in flags.names and self.index.seq_of(uid) is not None]
+        return list(view.deleted)
+
+    def flag_sets(self) -> dict[str, tuple[bool, set[int]]] | None:
+        """For SEARCH: per system flag (lower-case), ``(True, UIDs having it)`` -- or for
+        \\Seen ``(False, UIDs lacking it)``, the small side -- as of now (see _flags_now);
+        None when the log no longer reaches back (SEARCH then reads the rows)."""
+        view = self._flags_now()
+        if view is None:
+            return None
+        sets = {flag.lower(): (True, set(uids)) for flag, uids in view.flagged.items()}
+        sets["\\seen"] = (False, set(view.unseen))
         return sets
 
     # -- refresh ----------------------------------------------------------------------------

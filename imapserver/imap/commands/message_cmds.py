@@ -56,6 +56,15 @@ def resolve(ctx, token, uid_mode: bool) -> list[int]:
         raise Bad(str(exc)) from None
 
 
+def _existing(store, user: str, name: str):
+    """The target mailbox of APPEND, COPY or MOVE; ``NO [TRYCREATE]`` when it does not exist
+    (RFC 3501 6.3.11, 6.4.7)."""
+    try:
+        return store.mailbox(user, name)
+    except NotFound:
+        raise No(f"Mailbox does not exist: {name}", "TRYCREATE") from None
+
+
 def parse_date_time(raw: bytes) -> float:
     """RFC 3501 date-time: "dd-Mon-yyyy hh:mm:ss +zzzz" (day may be space-padded)."""
     try:
@@ -115,10 +124,7 @@ def append(ctx):
     user = ctx.session.user
 
     def run():
-        try:
-            mailbox = ctx.store.mailbox(user, name)
-        except NotFound:
-            raise No(f"Mailbox does not exist: {name}", "TRYCREATE") from None
+        mailbox = _existing(ctx.store, user, name)
         uids = []
         try:
             for flags, date, message in messages:
@@ -216,10 +222,7 @@ def _transfer(ctx, uid_mode: bool, move: bool):
     user = ctx.session.user
 
     def run():
-        try:
-            target = ctx.store.mailbox(user, name)
-        except NotFound:
-            raise No(f"Mailbox does not exist: {name}", "TRYCREATE") from None
+        target = _existing(ctx.store, user, name)
         if not uids:
             return target, []
         if move:
