@@ -3,7 +3,8 @@
 Invariants kept here:
 
 * A mailbox is found by one ``get`` on ``JAMES_MAILBOX_INDEX`` (user, name) and one on
-  ``JAMES_MAILBOXES``; listings are prefix scans of the user's index rows.  Nothing scans all
+  ``JAMES_MAILBOXES`` (or by the latter alone, for an id remembered from an earlier lookup and
+  confirmed by its row); listings are prefix scans of the user's index rows.  Nothing scans all
   mailboxes.
 * The mailbox row is the truth.  An index row is trusted only if the mailbox row it points to
   names the same owner and name and is live; a stale index row left by a crash during rename or
@@ -34,6 +35,9 @@ SIZE = b"c:size"
 COUNTERS = (UID, VISIBLE, MODSEQ, COUNT, UNSEEN, SIZE)
 
 LIVE, DELETING = b"live", b"deleting"
+
+ID_CACHE = 10_000
+"""Mailbox ids remembered by (user, name) per process, each checked against its row on use."""
 
 SPECIAL_USE = ("\\All", "\\Archive", "\\Drafts", "\\Flagged", "\\Junk", "\\Sent", "\\Trash")
 DEFAULT_FOLDERS = (("Drafts", "\\Drafts"), ("Sent", "\\Sent"), ("Trash", "\\Trash"),
@@ -79,6 +83,7 @@ class Mailboxes:
         self.index = backend.table(MAILBOX_INDEX.name)
         self.subs = backend.table(SUBSCRIPTIONS.name)
         self.clock = clock
+        self._ids: dict[tuple[str, str], bytes] = {}  # (user, name) -> id, checked on use
 
     # -- lookups --------------------------------------------------------------------------------
 
@@ -91,10 +96,24 @@ class Mailboxes:
     def get(self, user: str, name: str) -> Mailbox:
         """The live mailbox ``name`` of ``user``; NotFound otherwise."""
         name = names.normalize_mailbox(name)
+        # The mailbox row is the truth, so an id remembered from an earlier lookup is as good
+        # as the index row whenever the row it names still says this owner, name and live:
+        # while it does, the index row points to it (rename claims the new index row before
+        # changing the mailbox row; delete marks the row before dropping the index row).
+        # That saves the index read on every delivery and APPEND by name.
+        remembered = self._ids.get((user, name))
+        if remembered is not None:
+            mailbox = self.load(remembered)
+            if mailbox and mailbox.owner == user and mailbox.name == name:
+                return mailbox
+            self._ids.pop((user, name), None)
         mailbox_id = self.index.row(keys.index_key(user, name), [b"i:id"]).get(b"i:id")
         if mailbox_id:
             mailbox = self.load(mailbox_id)
             if mailbox and mailbox.owner == user and mailbox.name == name:
+                if len(self._ids) >= ID_CACHE:
+                    self._ids.clear()  # crude bound; a miss only costs the index read
+                self._ids[(user, name)] = mailbox_id
                 return mailbox
         raise NotFound(f"no such mailbox: {name}")
 

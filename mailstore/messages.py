@@ -155,6 +155,7 @@ class Messages:
                  clock: Callable[[], float] = time.time,
                  sleep: Callable[[float], None] = time.sleep, abandon_after: float = 10.0):
         self.table = backend.table(MESSAGES.name)
+        self.backend = backend
         self.boxes = mailboxes
         self.content = content
         self.clock = clock
@@ -318,6 +319,9 @@ class Messages:
                 self.table.check_and_put(keys.message_key(mailbox_id, waiting), STATE, None,
                                          STATE, ABANDONED)
                 continue
+            # The writer we wait for may be blocked by our own unit of work (an append runs
+            # as one transaction on the embedded store): let it in before waiting.
+            self.backend.flush_group()
             self.sleep(delay)
             delay = min(delay * 2, 0.05)
 

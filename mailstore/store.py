@@ -7,6 +7,7 @@ thread-safe; the protocol edges run them off their event loops (``deferToThread`
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import io
 import time
@@ -239,15 +240,28 @@ class MailStore:
         file, read in chunks: a large message never sits in memory whole.  Raises NotFound,
         TooLarge or OverQuota with nothing left behind.
         """
+        size = _known_size(source)
+        if size is not None and size > self.max_message_size:
+            raise TooLarge(f"message larger than {self.max_message_size} bytes")
+        with self._unit_of_work(size):
+            return self._append(user, mailbox_name, source, size, flags, internal_date)
+
+    def _unit_of_work(self, size: int | None):
+        """One message's writes as one unit where the backend makes that cheaper (one
+        transaction on the embedded store, Backend.grouped), if the message is known to fit
+        in one chunk: a streamed one would hold the write lock while its source is read."""
+        if size is None or size > self.content.chunk_size:
+            return contextlib.nullcontext()
+        return self.backend.grouped()
+
+    def _append(self, user: str, mailbox_name: str | Mailbox, source, size: int | None,
+                flags: Iterable[str], internal_date: float | None) -> tuple[int, int]:
         if isinstance(mailbox_name, Mailbox):
             if mailbox_name.owner != user:
                 raise NotFound(f"no such mailbox: {mailbox_name.name}")
             mailbox = mailbox_name
         else:
             mailbox = self.mailboxes.get(user, mailbox_name)
-        size = _known_size(source)
-        if size is not None and size > self.max_message_size:
-            raise TooLarge(f"message larger than {self.max_message_size} bytes")
         self.check_quota(user, size or 0, 1)
         stored = self.ingest(source)
         try:
@@ -280,6 +294,10 @@ class MailStore:
         Each recipient gets their own row, flags and UID; a recipient that fails (no such
         mailbox, over quota) is reported in its Delivery and gives its reference back.
         """
+        with self._unit_of_work(_known_size(source)):
+            return self._deliver(recipients, source)
+
+    def _deliver(self, recipients: Sequence[tuple[str, str]], source) -> list[Delivery]:
         stored = self.ingest(source, refs=len(recipients))
         results = []
         for user, name in recipients:

@@ -377,6 +377,92 @@ def test_increments_are_atomic_under_contention(table):
     assert table.increment(b"ctr", b"m:n", 0) == 120
 
 
+# -- groups (Backend.grouped): a hint a backend may take, never something to rely on ---------
+
+def test_a_group_sees_its_own_writes_and_leaves_them_all_visible(backend, table):
+    with backend.grouped():
+        table.put(b"g1", {b"m:a": b"1"})
+        assert table.increment_many(b"g1", {b"f:n": 2, b"f:m": 5}, returning=[b"f:n"]) \
+            == {b"f:n": 2}
+        assert table.put_then_check_and_put(b"g2", {b"m:x": b"x"}, b"m:s", b"C")
+        assert not table.check_and_put(b"g2", b"m:s", None, b"m:s", b"D")
+        with backend.grouped():  # joins the outer group
+            table.mutate_rows([Mutation(b"g1", puts={b"m:b": b"2"}, deletes=[b"m:a"])])
+        backend.flush_group()
+        assert table.check_and_put(b"g2", b"m:s", b"C", b"m:s", b"E")
+        assert table.row(b"g1") == {b"m:b": b"2", b"f:n": encode_counter(2),
+                                    b"f:m": encode_counter(5)}
+    # Another thread (its own connection on the embedded store) sees everything afterwards.
+    seen = []
+    reader = threading.Thread(target=lambda: seen.append(
+        (table.row(b"g1"), table.row(b"g2"))))
+    reader.start()
+    reader.join()
+    assert seen == [({b"m:b": b"2", b"f:n": encode_counter(2), b"f:m": encode_counter(5)},
+                     {b"m:x": b"x", b"m:s": b"E"})]
+
+
+def test_a_failing_call_inside_a_group_undoes_only_itself(backend, table):
+    table.put(b"r", {b"m:text": b"not a counter"})
+    with backend.grouped():
+        table.put(b"kept", {b"m:a": b"1"})
+        with pytest.raises((ValueError, BackendUnavailable)):  # as each backend reports it
+            table.increment(b"r", b"m:text", 1)
+        table.put(b"kept", {b"m:b": b"2"})
+    assert table.row(b"kept") == {b"m:a": b"1", b"m:b": b"2"}
+    assert table.row(b"r") == {b"m:text": b"not a counter"}
+
+
+def test_embedded_group_is_all_or_nothing(tmp_path):
+    backend = EmbeddedBackend(str(tmp_path / "e"))
+    backend.create_table("CONTRACT", FAMILIES)
+    table = backend.table("CONTRACT")
+    with pytest.raises(RuntimeError):
+        with backend.grouped():
+            table.put(b"a", {b"m:a": b"1"})
+            table.increment(b"n", b"m:n", 1)
+            raise RuntimeError("the caller failed half way")
+    assert table.row(b"a") == {} and table.row(b"n") == {}
+    # A group SQLite ended on its own (as on a full disk) must not report success, nor let
+    # later calls of the group apply without the lost ones.
+    with pytest.raises(BackendUnavailable):
+        with backend.grouped():
+            table.put(b"b", {b"m:b": b"1"})
+            backend._db().execute("ROLLBACK")
+    for late_call in (lambda: table.put(b"c", {b"m:c": b"1"}),
+                      lambda: table.mutate_rows([Mutation(b"c", deletes=[b"m:c"])]),
+                      lambda: table.row(b"c")):
+        with pytest.raises(BackendUnavailable, match="rolled back"):
+            with backend.grouped():
+                table.put(b"b", {b"m:b": b"1"})
+                backend._db().execute("ROLLBACK")
+                late_call()
+    assert table.row(b"b") == {} and table.row(b"c") == {}
+    backend.close()
+
+
+def test_embedded_flush_group_lets_a_waiting_writer_in(tmp_path):
+    """A caller inside a group that waits for another writer flushes first (Messages.advance);
+    the waiting writer must then get through while the group goes on."""
+    backend = EmbeddedBackend(str(tmp_path / "e"), busy_timeout=20)
+    backend.create_table("CONTRACT", FAMILIES)
+    table = backend.table("CONTRACT")
+    done = threading.Event()
+    with backend.grouped():
+        table.put(b"mine", {b"m:a": b"1"})
+        writer = threading.Thread(target=lambda: (table.put(b"theirs", {b"m:a": b"2"}),
+                                                  done.set()))
+        writer.start()
+        assert not done.wait(0.3)  # held up by the open group
+        backend.flush_group()
+        assert done.wait(10)       # in at once; the rest of the group runs call by call
+        table.put(b"mine", {b"m:b": b"3"})
+    writer.join()
+    assert table.row(b"mine") == {b"m:a": b"1", b"m:b": b"3"}
+    assert table.row(b"theirs") == {b"m:a": b"2"}
+    backend.close()
+
+
 # -- the HBase backend only -----------------------------------------------------------------
 
 def free_port():

@@ -109,6 +109,28 @@ def test_uids_are_never_reused_after_expunge_and_rename(store, alice):
     assert "Projects" in {m.name for m in store.list_mailboxes(alice)}
 
 
+def test_a_remembered_mailbox_id_never_outlives_a_rename_or_delete_elsewhere(store, alice):
+    """Lookups by name remember the id (Mailboxes.get); another process renaming, deleting
+    and re-creating names must still be seen at once (RFC 3501 6.3.4, 6.3.5)."""
+    other = MailStore(store.backend)  # another process: its own lookups, same store
+    store.create_mailbox(alice, "Work")
+    first = store.mailbox(alice, "Work")
+    assert store.append(alice, "Work", message(1)) == (first.uidvalidity, 1)
+    other.rename_mailbox(alice, "Work", "Old")
+    other.create_mailbox(alice, "Work")
+    second = other.mailbox(alice, "Work")
+    assert store.append(alice, "Work", message(2)) == (second.uidvalidity, 1)
+    assert store.mailbox(alice, "Work").id == second.id
+    other.delete_mailbox(alice, "Work")
+    with pytest.raises(NotFound):
+        store.append(alice, "Work", message(3))
+    other.rename_mailbox(alice, "Old", "Work")  # the first one, back under its old name
+    assert store.append(alice, "Work", message(4)) == (first.uidvalidity, 2)
+    assert store.uids(store.mailbox(alice, "Work")) == [1, 2]
+    with pytest.raises(NotFound):
+        store.mailbox(alice, "Old")
+
+
 def test_rename_moves_children_and_keeps_their_uids(store, alice):
     store.create_mailbox(alice, "a/b/c")
     store.append(alice, "a/b/c", message(1))

@@ -28,6 +28,7 @@ reached or fails; no other backend-specific exception escapes.
 from __future__ import annotations
 
 import abc
+import contextlib
 from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 
 Row = dict[bytes, bytes]
@@ -218,6 +219,23 @@ class Backend(abc.ABC):
         backend whose every write is durable when it returns (HBase, through its WAL) has
         nothing to do.
         """
+
+    @contextlib.contextmanager
+    def grouped(self) -> Iterator[None]:
+        """Run the calls made inside (by this thread) as one unit of work, where that is cheaper.
+
+        A hint, never a guarantee callers may rely on: every write protocol of the mail store
+        stays safe with the calls applied one by one, as HBase applies them (here, a no-op).
+        The embedded store runs a group in one transaction: one commit and one log write of
+        each page instead of one per call.  Reads inside a group see its writes; a group
+        inside a group joins it.  A caller about to *wait* for another writer calls
+        :meth:`flush_group` first, since an open group may be holding that writer up.
+        """
+        yield
+
+    def flush_group(self) -> None:  # noqa: B027 - optional hook
+        """Make what the current group has written so far visible to others, and run the rest
+        of it call by call (nothing to do outside a group, or where groups are no-ops)."""
 
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release connections and files.  The backend must not be used afterwards."""
