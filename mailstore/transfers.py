@@ -25,6 +25,8 @@ import json
 from collections import Counter
 from collections.abc import Callable, Iterable
 
+import orjson
+
 from . import keys
 from .backends.base import Backend, Mutation, decode_counter, encode_counter
 from .changelog import ChangeLog
@@ -164,9 +166,9 @@ class Transfers:
             key = keys.message_key(target.id, uid)
             cells = {FLAGS: Flags(modseq, view.flags.names).encode()}
             if view.envelope is not None:
-                cells[ENVELOPE] = json.dumps(view.envelope).encode()
+                cells[ENVELOPE] = orjson.dumps(view.envelope)
             if view.body is not None:
-                cells[BODY] = json.dumps(view.body).encode()
+                cells[BODY] = orjson.dumps(view.body)
             if view.header is not None:
                 cells[HEADER] = view.header
             self.messages.table.put(key, cells)
@@ -317,8 +319,8 @@ def _view(key: bytes, raw: bytes, row: dict[bytes, bytes]) -> MessageView:
     view = MessageView(uid=keys.message_key_uid(key), record=MessageRecord.decode(raw),
                        flags=Flags.decode(row.get(FLAGS)), state_raw=raw)
     if ENVELOPE in row:
-        view.envelope = json.loads(row[ENVELOPE])
+        view.envelope = orjson.loads(row[ENVELOPE])
     if BODY in row:
-        view.body = json.loads(row[BODY])
+        view.body = orjson.loads(row[BODY])
     view.header = row.get(HEADER)
     return view

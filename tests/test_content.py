@@ -173,6 +173,7 @@ def test_content_ids_ascend_where_the_backend_prefers_it(backend, monkeypatch):
     assert len(set(ids)) == 8
     if backend.name == "embedded":
         assert table.ordered_keys and versions == {7} and ids == sorted(ids)
+        assert {uuid.UUID(bytes=content_id).variant for content_id in ids} == {uuid.RFC_4122}
         assert all(content_id[:6] == (10**9 + i).to_bytes(6, "big")
                    for i, content_id in enumerate(ids))
     else:

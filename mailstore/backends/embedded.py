@@ -13,7 +13,8 @@ atomicity.  Durability: every committed call survives a crash of the process (SI
 runs with ``synchronous=NORMAL`` in WAL mode.  With the store's ``synchronous=FULL`` (the default)
 :meth:`EmbeddedBackend.sync` also fsyncs the log, so what the mail store acknowledges survives a
 power cut -- one fsync per acknowledged operation instead of one per write, which is what makes
-an append (four write statements) cost about one fsync.
+an append (four write statements, one transaction: see :meth:`EmbeddedBackend.grouped`) cost
+about one fsync.
 """
 
 from __future__ import annotations
@@ -238,32 +239,37 @@ class EmbeddedTable(Table):
                            [(m.row, col, bytes(val)) for col, val in m.puts.items()])
 
     def increment(self, row: bytes, column: bytes, delta: int = 1) -> int:
-        found = self.backend._fetch_all(self._upsert_sql("(?, ?, ?)") + " RETURNING val",
-                                        [row, column, encode_counter(delta)])
-        return decode_counter(found[0][0])
-
-    def _upsert_sql(self, marks: str) -> str:
-        # One atomic statement: each proposed row carries its delta as a counter, inserted as
-        # it is or, when the cell exists, added to it (one call of be64_sum, see _be64_sum).
-        return (f"INSERT INTO {self._sql} (row, col, val) VALUES {marks} ON CONFLICT (row, col) "
-                "DO UPDATE SET val = be64_sum(val, excluded.val)")
+        return self.increment_many(row, {column: delta}, returning=(column,))[column]
 
     def increment_many(self, row: bytes, deltas: Mapping[bytes, int],
                        returning: Collection[bytes] = ()) -> dict[bytes, int]:
         wanted = _returned(deltas, returning)
         if not deltas:
             return {}
-        # One statement for all the counters (atomic on its own, no BEGIN/COMMIT).
-        params: list[object] = []
-        for column, delta in deltas.items():
-            params += (row, column, encode_counter(delta))
-        sql = self._upsert_sql(",".join(["(?, ?, ?)"] * len(deltas)))
-        if not wanted:
-            self.backend._single(sql, params)
-            return {}
-        # RETURNING gives every counter's new value; the statement completes with the fetch.
-        found = self.backend._fetch_all(sql + " RETURNING col, val", params)
-        return {col: decode_counter(val) for col, val in found if col in wanted}
+        # Read the counters, add in Python, write them back with one INSERT, all under the
+        # write lock.  Measured against the one-statement upsert this replaced (ON CONFLICT
+        # DO UPDATE with a Python SQL function adding the 8-byte cells, RETURNING the new
+        # values): 98 us against 55 on its own, 80 against 27 inside an append's transaction
+        # -- RETURNING alone more than doubled the upsert's cost.
+        columns = list(deltas)
+        marks = ",".join("?" * len(columns))
+        with self.backend._locked() as db:
+            current = dict(db.execute(
+                f"SELECT col, val FROM {self._sql} WHERE row = ? AND col IN ({marks})",
+                [row, *columns]))
+            values: dict[bytes, int] = {}
+            params: list[object] = []
+            for column, delta in deltas.items():
+                try:
+                    value = decode_counter(current.get(column)) + delta
+                    encoded = encode_counter(value)
+                except (ValueError, OverflowError) as exc:
+                    raise ValueError(f"cell is not a counter (8-byte big-endian integer), or "
+                                     f"would overflow: {exc}") from exc
+                values[column] = value
+                params += (row, column, encoded)
+            db.execute(self._insert_sql(len(columns)), params)
+        return {column: values[column] for column in wanted}
 
     def put_then_check_and_put(self, row: bytes, data: Mapping[bytes, bytes], column: bytes,
                                value: bytes) -> bool:
@@ -315,15 +321,6 @@ def _returned(deltas: Mapping[bytes, int], returning: Collection[bytes]) -> froz
         raise ValueError(
             f"returning names counters not incremented: {sorted(wanted - deltas.keys())}")
     return wanted
-
-
-def _be64_sum(current: bytes, delta: bytes) -> bytes:
-    """SQL function: two counter cells added up, stored as HBase stores counters."""
-    return encode_counter(decode_counter(current) + decode_counter(delta))
-
-
-def _counter_error(exc: Exception) -> ValueError:
-    return ValueError(f"cell is not a counter (8-byte big-endian integer): {exc}")
 
 
 class _WriteTxn:
@@ -392,7 +389,6 @@ class EmbeddedBackend(Backend):
                 # Each commit is durable against a process crash; power-loss durability comes
                 # from sync(), once per acknowledged operation.
                 db.execute("PRAGMA synchronous=NORMAL")
-                db.create_function("be64_sum", 2, _be64_sum, deterministic=True)
             except sqlite3.Error as exc:
                 raise BackendUnavailable(f"cannot open {self.path}: {exc}") from exc
             self._local.db = db
@@ -417,18 +413,6 @@ class EmbeddedBackend(Backend):
         try:
             return self._conn().execute(sql, params)
         except sqlite3.OperationalError as exc:
-            if "user-defined function" in str(exc):
-                raise _counter_error(exc) from exc
-            raise BackendUnavailable(f"embedded store: {exc}") from exc
-
-    def _fetch_all(self, sql: str, params: Sequence[object]) -> list:
-        """Run one statement that returns rows (``RETURNING``) and fetch them: a writing
-        statement only completes, and commits, once its last row has been fetched."""
-        try:
-            return self._conn().execute(sql, params).fetchall()
-        except sqlite3.OperationalError as exc:
-            if "user-defined function" in str(exc):
-                raise _counter_error(exc) from exc
             raise BackendUnavailable(f"embedded store: {exc}") from exc
 
     def _read(self, sql: str, params: Sequence[object]) -> sqlite3.Cursor:
@@ -439,6 +423,15 @@ class EmbeddedBackend(Backend):
 
     def _write(self) -> _Guarded:
         return _Guarded(self._conn())
+
+    def _locked(self):
+        """The connection under the write lock for a read-then-write: the group's transaction
+        if one is open (its lock is held already, and the one writing statement is atomic on
+        its own), else a transaction of its own."""
+        db = self._conn()
+        if db.in_transaction:
+            return contextlib.nullcontext(db)
+        return _Guarded(db)
 
     def table(self, name: str) -> Table:
         return EmbeddedTable(self, name)
