@@ -21,6 +21,9 @@ class TableDef:
     families: dict[str, str]
     access: str
     options: dict[str, dict[str, object]] = field(default_factory=dict)
+    new_keys_descend: bool = False
+    """New rows mostly sort before the existing ones (a B-tree store lays the table out for
+    that; see Backend.create_table)."""
 
     def family_options(self) -> dict[str, dict[str, object]]:
         return {fam: {"max_versions": 1, **self.options.get(fam, {})} for fam in self.families}
@@ -61,6 +64,7 @@ MESSAGES = TableDef(
     },
     access="newest page = one reverse-ordered bounded scan of 25 rows; UID list = bounded scan "
            "of m:s; flag change touches only f:v",
+    new_keys_descend=True,
 )
 
 CONTENT = TableDef(
@@ -140,7 +144,9 @@ TABLES: tuple[TableDef, ...] = (MAILBOXES, MAILBOX_INDEX, MESSAGES, CONTENT, SUB
 
 def create_schema(backend: Backend) -> list[str]:
     """Create every missing table; return the names created (empty when all existed)."""
-    return [t.name for t in TABLES if backend.create_table(t.name, t.family_options())]
+    return [t.name for t in TABLES
+            if backend.create_table(t.name, t.family_options(),
+                                    new_keys_descend=t.new_keys_descend)]
 
 
 def ddl(prefix: str = "") -> str:

@@ -24,9 +24,11 @@ KEYS = [b"\x00", b"\x00\x00", b"\x00\xff", b"a", b"a\x00", b"a\x00\x00", b"a\x01
 SORTED = sorted(KEYS)   # Python compares bytes as memcmp does, which is HBase's row order
 
 
-@pytest.fixture
-def table(backend):
-    backend.create_table("CONTRACT", FAMILIES)
+@pytest.fixture(params=[False, True], ids=["ascending", "new-keys-descend"])
+def table(backend, request):
+    # new_keys_descend is a layout hint (the embedded store keeps such a table in descending
+    # key order): every contract test must pass the same with it.
+    backend.create_table("CONTRACT", FAMILIES, new_keys_descend=request.param)
     return backend.table("CONTRACT")
 
 
@@ -61,6 +63,32 @@ def test_create_table_is_idempotent_and_tables_lists_them(backend):
     assert backend.table("A_ONE").row(b"r") == {}
 
 
+def test_embedded_tables_whose_new_keys_descend_are_kept_in_descending_order(tmp_path):
+    """The layout behind the hint: a new message row lands after its mailbox's existing rows
+    in the B-tree (the cheap place), not before them.  Reads are checked by every contract
+    test above on both layouts."""
+    from mailstore.schema import MESSAGES, create_schema
+    backend = EmbeddedBackend(str(tmp_path / "e"))
+    create_schema(backend)
+    backend.create_table("PLAIN", FAMILIES)
+    ddl = dict(backend._db().execute("SELECT name, sql FROM sqlite_schema WHERE type = 'table'"))
+    assert MESSAGES.new_keys_descend
+    assert "PRIMARY KEY (row DESC, col DESC)" in ddl["t_JAMES_MESSAGES"]
+    assert "PRIMARY KEY (row, col)" in ddl["t_PLAIN"]
+    assert "PRIMARY KEY (row, col)" in ddl["t_JAMES_CONTENT"]
+    table = backend.table("JAMES_MESSAGES")
+    for key in (b"b", b"a", b"c"):
+        table.put(key, {b"m:s": key, b"f:v": key})
+    # Physically descending (what SQLite returns without ORDER BY, walking the key) ...
+    assert [r for r, in backend._db().execute('SELECT row FROM "t_JAMES_MESSAGES"')] == \
+        [b"c", b"c", b"b", b"b", b"a", b"a"]
+    # ... and read in key order all the same.
+    assert [k for k, _ in table.scan(start=b"a", stop=b"d")] == [b"a", b"b", b"c"]
+    assert [k for k, _ in table.scan(start=b"a", stop=b"d", reverse=True)] == [b"c", b"b", b"a"]
+    assert list(table.row(b"b")) == [b"f:v", b"m:s"]
+    backend.close()
+
+
 def test_a_missing_table_is_reported_as_unavailable(backend):
     with pytest.raises(BackendUnavailable):
         backend.table("NO_SUCH_TABLE").row(b"r")
@@ -92,6 +120,18 @@ def test_put_row_and_rows_with_family_and_column_selections(table):
     assert table.rows([b"r1"], []) == []
     table.put(b"r1", {b"m:a": b"new"})
     assert table.row(b"r1") == {**whole, b"m:a": b"new"}
+
+
+def test_cells_come_in_column_order(table):
+    """HBase returns a row's cells sorted by column; so does every read here, on any layout."""
+    table.put(b"r", {b"m:z": b"1", b"f:b": b"2", b"m:a": b"3", b"f:a": b"4"})
+    table.put(b"s", {b"m:b": b"5", b"f:c": b"6"})
+    order = [b"f:a", b"f:b", b"m:a", b"m:z"]
+    assert list(table.row(b"r")) == order
+    assert list(table.row(b"r", [b"m", b"f:b"])) == [b"f:b", b"m:a", b"m:z"]
+    assert [list(cells) for _, cells in table.rows([b"s", b"r"])] == [[b"f:c", b"m:b"], order]
+    assert [list(cells) for _, cells in table.scan(start=b"r", stop=b"t")] == \
+        [order, [b"f:c", b"m:b"]]
 
 
 def test_binary_keys_sort_bytewise_and_values_round_trip_exactly(table):

@@ -92,8 +92,8 @@ class FaultyBackend(Backend):
     def table(self, name: str) -> Table:
         return FaultyTable(self.inner.table(name), self)
 
-    def create_table(self, name, families):
-        return self.inner.create_table(name, families)
+    def create_table(self, name, families, **hints):
+        return self.inner.create_table(name, families, **hints)
 
     def tables(self):
         return self.inner.tables()

@@ -200,8 +200,14 @@ class Backend(abc.ABC):
         """The table called ``name`` (without any configured prefix); it must exist."""
 
     @abc.abstractmethod
-    def create_table(self, name: str, families: Mapping[str, Mapping[str, object]]) -> bool:
-        """Create a table with the given column families; return False if it already existed."""
+    def create_table(self, name: str, families: Mapping[str, Mapping[str, object]], *,
+                     new_keys_descend: bool = False) -> bool:
+        """Create a table with the given column families; return False if it already existed.
+
+        ``new_keys_descend`` says that new rows mostly get keys below the existing ones (the
+        message table's keys count down).  A backend whose write cost depends on where a new
+        row lands may lay the table out for that; nothing a caller reads may change.
+        """
 
     @abc.abstractmethod
     def tables(self) -> list[str]:
