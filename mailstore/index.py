@@ -204,7 +204,15 @@ class MailboxIndex:
     def add(self, uid: int, flags: Flags) -> None:
         """Append a new message (its UID above every UID in the list)."""
         self.uids.append(uid)
-        self.note_flags(uid, flags)
+        # Above every UID, so in no set yet: only the sets it joins change (a checkpoint
+        # refresh adds a thousand at a time; note_flags' discards were half its work).
+        if not flags.seen:
+            self.unseen.add(uid)
+        if flags.names:
+            for flag, uids in self.flagged.items():
+                if flag in flags.names:
+                    uids.add(uid)
+            self.keywords.update(f for f in flags.names if not f.startswith("\\"))
 
     def remove(self, gone: set[int]) -> None:
         if not gone:

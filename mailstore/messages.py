@@ -175,6 +175,8 @@ class Messages:
         written) as soon as more than ``max_size`` bytes have been read.
         """
         if isinstance(source, (bytes, bytearray, memoryview)):
+            if len(source) <= self.content.chunk_size:
+                return self._ingest_whole(bytes(source), refs, max_size)
             source = io.BytesIO(source)
         stream = source
         writer = self.content.writer(refs)
@@ -206,6 +208,28 @@ class Messages:
         data = info.to_json()
         return StoredContent(content_id, writer.size, writer.chunk_size, data,
                              bytes(head[:info.header_size]))
+
+    def _ingest_whole(self, data: bytes, refs: int, max_size: int | None) -> StoredContent:
+        """:meth:`ingest` of a message held whole that fits in one chunk (most mail): the
+        same result without the streaming machinery (a file wrapper, reads, a header buffer)."""
+        if max_size is not None and len(data) > max_size:
+            raise TooLarge(f"message larger than {max_size} bytes")
+        parser = StructureParser()
+        parser.feed(data)
+        info = parser.close()
+        writer = self.content.writer(refs)
+        try:
+            writer.write(data)
+            content_id = writer.commit()
+        except BaseException:
+            writer.abort()
+            raise
+        head = data[:HEADER_CAP]
+        end = _header_end(head)
+        if end is not None:
+            head = head[:end]
+        return StoredContent(content_id, writer.size, writer.chunk_size, info.to_json(),
+                             head[:info.header_size])
 
     def open_body(self, view: MessageView):
         """A seekable reader over a message's bytes (fetches chunks on demand)."""
