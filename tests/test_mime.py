@@ -506,6 +506,24 @@ def test_bare_lf():
     check_invariants(mixed, info)
 
 
+@pytest.mark.parametrize("msg", [
+    b"Subject: a\r\nX: b\r\n\r\nbody\n\nmore\r\n",           # LF LF only in the body
+    b"Subject: a\nX: b\n\nbody\r\n\r\nmore\n",                 # CRLF CRLF only in the body
+    b"Subject: a\r\nX: b\n\nbody\r\n\r\n",                    # mixed: the LF blank first
+    b"Subject: a\nX: b\r\n\r\nbody\n\n",                       # mixed: the CRLF blank first
+    b"\r\nbody only", b"\nbody only", b"Subject: no blank line\r\n",
+    b"Subject: a\r\n--x\r\n\r\n--x\r\n",                     # no boundary open: plain lines
+    b"Subject: a\r\n\r\r\n\r\nbody",                          # CR CR LF is no blank line
+    b"Content-Type: message/rfc822\r\n\r\nSubject: in\r\n\r\nbody\r\n",
+])
+def test_a_whole_header_is_taken_at_once_with_the_same_result(msg):
+    """A header whose blank line is in the buffer is stored and counted in one step (the
+    common case: a message fed whole); the result must be what line-by-line parsing gives."""
+    info = parse_bytes(msg)
+    assert feed_split(msg, range(len(msg))) == info
+    check_invariants(msg, info)
+
+
 def test_missing_final_boundary():
     """A missing close delimiter ends parts at the end of the message; a boundary that never
     appears (or is missing) gives a multipart with no children."""

@@ -176,6 +176,19 @@ class StructureParser:
                 self._midline = False
                 pos = j + 1
             elif top.in_header:
+                if not self._nactive:
+                    # No boundary can end this header: if its blank line is here, every line
+                    # before it is just stored and counted, so take them all at once (what
+                    # _header_line does line by line; a message arrives whole in one feed).
+                    blank = _blank_line(buf, pos)
+                    if blank >= 0:
+                        self._store(top, buf, pos, blank)
+                        self._nl += buf.count(b"\n", pos, blank)
+                        j = buf.find(b"\n", blank)
+                        self._end_line(buf, j)
+                        self._finish_header(top, self._base + j + 1)
+                        pos = j + 1
+                        continue
                 j = buf.find(b"\n", max(pos, lo))
                 if j >= 0:
                     pos = self._header_line(top, buf, pos, j)
@@ -477,6 +490,20 @@ class StructureParser:
             msg.header_size = part.body_start - part.header_start
             msg.lines = lines
         return end
+
+
+def _blank_line(buf: bytearray, pos: int) -> int:
+    """Where the first blank line (LF or CR LF alone) at or after the line start ``pos`` of
+    ``buf`` starts, or -1 if none has ended in ``buf`` yet."""
+    if buf.startswith(b"\n", pos) or buf.startswith(b"\r\n", pos):
+        return pos
+    # CRLF first, and a bare-LF blank line only before it: searching a CRLF message's whole
+    # body for LF LF (every line ending a candidate) cost more than the lines it saves.
+    crlf = buf.find(b"\n\r\n", pos)
+    lf = buf.find(b"\n\n", pos, len(buf) if crlf < 0 else crlf + 2)
+    if lf >= 0:
+        return lf + 1
+    return crlf + 1 if crlf >= 0 else -1
 
 
 def _addresses(values: dict[str, str], name: str):
