@@ -7,6 +7,7 @@ here, before any row is touched.  The hierarchy delimiter is ``/``.
 
 from __future__ import annotations
 
+import functools
 import re
 
 from .errors import InvalidName
@@ -25,6 +26,13 @@ def normalize_user(name: str) -> str:
     """User names are case-insensitive; stored lower case.  Raise InvalidName if unusable."""
     if not isinstance(name, str):
         raise InvalidName("user name must be text")
+    return _normalize_user(name)
+
+
+# Both normalisations are pure and run on every delivery and APPEND (twice each): the names a
+# process sees repeat, so their results are kept (a failure raises and is not kept).
+@functools.lru_cache(maxsize=8192)
+def _normalize_user(name: str) -> str:
     user = name.strip().lower()
     if not user or len(user) > MAX_USER_LEN or not _USER_RE.match(user):
         raise InvalidName(f"invalid user name: {name!r}")
@@ -40,6 +48,11 @@ def normalize_mailbox(name: str) -> str:
     """
     if not isinstance(name, str) or not name:
         raise InvalidName("mailbox name is empty")
+    return _normalize_mailbox(name)
+
+
+@functools.lru_cache(maxsize=8192)
+def _normalize_mailbox(name: str) -> str:
     if _BAD_MAILBOX_CHARS.search(name):
         raise InvalidName(f"mailbox name has a forbidden character: {name!r}")
     try:
