@@ -217,18 +217,12 @@ class Messages:
         parser = StructureParser()
         parser.feed(data)
         info = parser.close()
-        writer = self.content.writer(refs)
-        try:
-            writer.write(data)
-            content_id = writer.commit()
-        except BaseException:
-            writer.abort()
-            raise
+        content_id = self.content.store(data, refs)
         head = data[:HEADER_CAP]
         end = _header_end(head)
         if end is not None:
             head = head[:end]
-        return StoredContent(content_id, writer.size, writer.chunk_size, info.to_json(),
+        return StoredContent(content_id, len(data), self.content.chunk_size, info.to_json(),
                              head[:info.header_size])
 
     def open_body(self, view: MessageView):

@@ -158,6 +158,23 @@ def test_chunk_size_is_bounded():
         ContentStore(None, chunk_size=2 * 1024 * 1024)
 
 
+@pytest.mark.parametrize("size", [0, 1, CHUNK - 1, CHUNK])
+def test_storing_a_chunk_at_once_leaves_the_row_a_writer_leaves(table, size):
+    """ContentStore.store (a message that fits in one chunk, in one put) and ChunkWriter
+    write the same cells, so readers, reference counts and fsck see no difference."""
+    data = bytes(range(256)) * (size // 256) + bytes(range(size % 256))
+    store = ContentStore(table, clock=lambda: 0.0)
+    store.chunk_size = CHUNK  # below the configurable minimum, to keep the test small
+    stored = store.store(data, refs=3)
+    written = ChunkWriter(table, CHUNK, refs=3, clock=lambda: 0.0)
+    written.write(data)
+    assert table.row(stored) == table.row(written.commit())
+    assert ChunkReader(table, stored, size, CHUNK).read() == data
+    assert store.refs(stored) == 3 and store.info(stored)["size"] == size
+    with pytest.raises(ValueError):
+        store.store(data + b"x" * (CHUNK + 1 - size))
+
+
 def test_content_ids_ascend_where_the_backend_prefers_it(backend, monkeypatch):
     """The embedded store's B-tree takes ascending keys at its right edge, cheaply; over HBase
     ids stay random (UUID4), which spreads writes over regions."""
