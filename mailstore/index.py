@@ -315,9 +315,8 @@ class Indexes:
                 return None  # the mailbox row is gone: nothing to catch up from
         delta = Delta(now)
         if now.visible > since.visible:
-            delta.new = [(v.uid, v.flags) for v in self.messages.scan(
-                mailbox.id, since.visible + 1, now.visible, [FLAGS], batch_size=5000,
-                visible=now.visible)]
+            delta.new = list(self.messages.uid_flags(mailbox.id, now.visible,
+                                                     since.visible + 1))
         touched = self.log.changed_uids(mailbox.id, since.logmark, now.logmark)
         if touched is None:
             return None

@@ -395,12 +395,13 @@ class Messages:
         return [base - int.from_bytes(key[16:24], "big") for key, row in rows
                 if row[STATE][:1] in VISIBLE_STATES]
 
-    def uid_flags(self, mailbox_id: bytes, high_uid: int) -> Iterator[tuple[int, Flags]]:
-        """(UID, flags) of every visible message up to ``high_uid``, ascending: one bounded
-        scan of the commit and flag cells, decoding nothing else."""
-        if high_uid < 1:
+    def uid_flags(self, mailbox_id: bytes, high_uid: int,
+                  low_uid: int = 1) -> Iterator[tuple[int, Flags]]:
+        """(UID, flags) of every visible message from ``low_uid`` up to ``high_uid``,
+        ascending: one bounded scan of the commit and flag cells, decoding nothing else."""
+        if high_uid < max(low_uid, 1):
             return
-        start, stop = keys.message_range(mailbox_id, 1, high_uid)
+        start, stop = keys.message_range(mailbox_id, max(low_uid, 1), high_uid)
         rows = self.table.scan(start=start, stop=stop, columns=[STATE, FLAGS], reverse=True,
                                batch_size=5000)
         for key, row in rows:
