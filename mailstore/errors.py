@@ -35,4 +35,19 @@ class Conflict(MailStoreError):
 
 
 class BackendUnavailable(MailStoreError):
-    """The storage backend cannot be reached or failed; nothing was committed by this call."""
+    """The storage backend cannot be reached or failed; nothing was committed by this call
+    (except as :class:`Unpublished` says)."""
+
+
+class Unpublished(BackendUnavailable):
+    """The backend failed after a new message was committed, before it was made visible.
+
+    The message stays, and so must its content: the next append to the mailbox (or fsck)
+    moves the mailbox's watermark past it.  ``uid`` is its UID.  Callers report a temporary
+    failure all the same; a client that retries may end up with the message twice, never
+    with none.
+    """
+
+    def __init__(self, message: str, uid: int):
+        super().__init__(message)
+        self.uid = uid

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 from . import keys, names
 from .backends.base import decode_counter, encode_counter
-from .errors import AlreadyExists, NotFound, TooLarge
+from .errors import AlreadyExists, NotFound, TooLarge, Unpublished
 from .mailboxes import Mailbox
 from .messages import STATE
 from .schema import IMPORTS
@@ -101,15 +101,20 @@ class Importer:
                            f"{self.store.max_message_size} bytes")
         if self.usage is not None:
             check_quota(self.account, self.usage, size, 1)
-        stored = self.store.ingest(source)
-        try:
-            uid = self.store.add_stored(mailbox, stored, flags, internal_date)
-        except BaseException:
-            self.store.content.decref(stored.content_id)
-            raise
-        # The record is written after the message: a crash in between costs a duplicate on
-        # re-run, never a message skipped that is not there.
-        self.records.put(keys.import_key(mailbox.id, digest), {UID_CELL: encode_counter(uid)})
+        # One unit of work, as an APPEND is (one transaction on the embedded store).
+        with self.store.unit_of_work(size):
+            stored = self.store.ingest(source)
+            try:
+                uid = self.store.add_stored(mailbox, stored, flags, internal_date)
+            except Unpublished:
+                raise  # the message row holds the content's reference
+            except BaseException:
+                self.store.content.decref(stored.content_id)
+                raise
+            # The record is written after the message: a crash in between costs a duplicate
+            # on re-run, never a message skipped that is not there.
+            self.records.put(keys.import_key(mailbox.id, digest),
+                             {UID_CELL: encode_counter(uid)})
         if self.usage is not None:
             self.usage = (self.usage[0] + stored.size, self.usage[1] + 1)
         self.unsynced += 1

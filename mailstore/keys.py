@@ -8,9 +8,10 @@ not bounded, and could).
 
 from __future__ import annotations
 
+import os
+import random
 import time
 import uuid
-from random import getrandbits as _randbits
 
 from .backends.base import prefix_stop
 
@@ -28,6 +29,10 @@ def new_id() -> bytes:
     return uuid.uuid4().bytes
 
 
+_RANDOM = random.Random()
+os.register_at_fork(after_in_child=_RANDOM.seed)
+
+
 def new_ordered_id() -> bytes:
     """A fresh 16-byte id that sorts by creation time: a UUIDv7 (RFC 9562), 48 bits of Unix
     time in milliseconds, then 74 random bits (uniqueness does not depend on the clock).
@@ -37,10 +42,10 @@ def new_ordered_id() -> bytes:
     middle of a full page.  Not for HBase, where every write would go to the one region that
     holds the newest keys.
     """
-    # The random bits come from the random module, whose generator was seeded from the OS and
-    # is reseeded in a forked child: these ids need to be unique, not unguessable, and
-    # os.urandom was a system call per message (1.6% of an append's CPU under py-spy).
-    rand = _randbits(74)
+    # The random bits come from a generator of our own, seeded from the OS and reseeded in a
+    # forked child (nobody else can seed it to a constant): these ids need to be unique, not
+    # unguessable, and os.urandom was a system call per message (1.6% of an append's CPU).
+    rand = _RANDOM.getrandbits(74)
     value = ((time.time_ns() // 1_000_000) << 80 | 0x7 << 76 | (rand >> 62) << 64
              | 0b10 << 62 | rand & ((1 << 62) - 1))
     return value.to_bytes(16, "big")

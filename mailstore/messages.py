@@ -32,7 +32,7 @@ import orjson
 from . import keys
 from .backends.base import Backend, Mutation, decode_counter, encode_counter
 from .content import ContentStore
-from .errors import Conflict, TooLarge
+from .errors import Conflict, TooLarge, Unpublished
 from .mailboxes import MODSEQ, VISIBLE, Mailbox, Mailboxes
 from .mime import StructureParser
 from .records import (
@@ -175,7 +175,8 @@ class Messages:
         written) as soon as more than ``max_size`` bytes have been read.
         """
         if isinstance(source, (bytes, bytearray, memoryview)):
-            if len(source) <= self.content.chunk_size:
+            size = source.nbytes if isinstance(source, memoryview) else len(source)
+            if size <= self.content.chunk_size:
                 return self._ingest_whole(bytes(source), refs, max_size)
             source = io.BytesIO(source)
         stream = source
@@ -270,7 +271,11 @@ class Messages:
         except BaseException:
             self._uncount(mailbox.id, stored.size, seen)
             raise
-        self.publish(mailbox.id, uid, uid)
+        try:
+            self.publish(mailbox.id, uid, uid)
+        except Exception as exc:
+            # Committed: the row owns its content reference now, whatever callers undo.
+            raise Unpublished(f"message {uid} stored, not yet visible: {exc}", uid) from exc
         return uid, modseq
 
     def _pending_cells(self, stored: StoredContent, flags: Flags) -> dict[bytes, bytes]:

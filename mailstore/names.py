@@ -26,14 +26,17 @@ def normalize_user(name: str) -> str:
     """User names are case-insensitive; stored lower case.  Raise InvalidName if unusable."""
     if not isinstance(name, str):
         raise InvalidName("user name must be text")
-    return _normalize_user(name)
+    try:
+        return _normalize_user(name.strip())  # the cache keeps names, not their padding
+    except InvalidName:
+        raise InvalidName(f"invalid user name: {name!r}") from None
 
 
 # Both normalisations are pure and run on every delivery and APPEND (twice each): the names a
 # process sees repeat, so their results are kept (a failure raises and is not kept).
 @functools.lru_cache(maxsize=8192)
 def _normalize_user(name: str) -> str:
-    user = name.strip().lower()
+    user = name.lower()
     if not user or len(user) > MAX_USER_LEN or not _USER_RE.match(user):
         raise InvalidName(f"invalid user name: {name!r}")
     return user

@@ -19,7 +19,7 @@ from .backends import open_backend
 from .backends.base import Backend, Mutation, delete_rows
 from .changelog import ChangeLog
 from .content import DEFAULT_CHUNK, ContentStore
-from .errors import AlreadyExists, InvalidName, NotFound, OverQuota, TooLarge
+from .errors import AlreadyExists, InvalidName, NotFound, OverQuota, TooLarge, Unpublished
 from .index import CHECKPOINT_EVERY, Delta, Indexes, MailboxIndex, Marks
 from .mailboxes import DEFAULT_FOLDERS, MODSEQ, Mailbox, Mailboxes
 from .messages import (
@@ -243,10 +243,10 @@ class MailStore:
         size = _known_size(source)
         if size is not None and size > self.max_message_size:
             raise TooLarge(f"message larger than {self.max_message_size} bytes")
-        with self._unit_of_work(size):
+        with self.unit_of_work(size):
             return self._append(user, mailbox_name, source, size, flags, internal_date)
 
-    def _unit_of_work(self, size: int | None):
+    def unit_of_work(self, size: int | None):
         """One message's writes as one unit where the backend makes that cheaper (one
         transaction on the embedded store, Backend.grouped), if the message is known to fit
         in one chunk: a streamed one would hold the write lock while its source is read."""
@@ -268,6 +268,8 @@ class MailStore:
             if size is None:
                 self.check_quota(user, stored.size, 1)
             uid = self.add_stored(mailbox, stored, flags, internal_date)
+        except Unpublished:
+            raise  # the message row holds the content's reference
         except BaseException:
             self.content.decref(stored.content_id)
             raise
@@ -281,6 +283,8 @@ class MailStore:
             # Keep the index checkpoint near, so that the first SELECT of a mailbox filled
             # only by delivery does not read every row (docs/decisions/0009).  Derived data:
             # the message is stored whatever happens here, and the next multiple retries.
+            # It reads up to a thousand rows: not while holding other writers up.
+            self.backend.flush_group()
             try:
                 self.indexes.refresh_checkpoint(mailbox)
             except Exception:
@@ -294,7 +298,7 @@ class MailStore:
         Each recipient gets their own row, flags and UID; a recipient that fails (no such
         mailbox, over quota) is reported in its Delivery and gives its reference back.
         """
-        with self._unit_of_work(_known_size(source)):
+        with self.unit_of_work(_known_size(source)):
             return self._deliver(recipients, source)
 
     def _deliver(self, recipients: Sequence[tuple[str, str]], source) -> list[Delivery]:
@@ -308,7 +312,12 @@ class MailStore:
             except (NotFound, OverQuota, InvalidName) as exc:
                 self.content.decref(stored.content_id)
                 results.append(Delivery(user, name, None, exc))
-            except BaseException:
+            except BaseException as exc:
+                if isinstance(exc, Unpublished):
+                    # Its row holds its reference, so it is withdrawn with the others -- or,
+                    # if it cannot be expunged before it is visible, stays: the sender's
+                    # retry may deliver it twice, never lose it.
+                    results.append(Delivery(user, name, exc.uid))
                 # The store failed: nothing may stay half-delivered, so the rows already added
                 # for earlier recipients are withdrawn before the caller is told to retry.
                 self.content.decref(stored.content_id, len(recipients) - len(results))
@@ -502,6 +511,8 @@ def purge_mailbox_messages(store: MailStore, mailbox: Mailbox, batch: int = 500)
 
 
 def _known_size(source) -> int | None:
-    if isinstance(source, (bytes, bytearray, memoryview)):
+    if isinstance(source, memoryview):
+        return source.nbytes  # len() counts items, which may be wider than a byte
+    if isinstance(source, (bytes, bytearray)):
         return len(source)
     return None

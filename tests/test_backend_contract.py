@@ -481,6 +481,47 @@ def test_embedded_group_is_all_or_nothing(tmp_path):
     backend.close()
 
 
+def test_embedded_failed_commit_leaves_no_transaction_open(tmp_path):
+    """A COMMIT that fails without SQLite rolling back (busy, I/O error; here refused by an
+    authorizer) must not leave the connection in its transaction: it would keep the write
+    lock and quietly swallow every later write of that thread."""
+    import sqlite3
+    backend = EmbeddedBackend(str(tmp_path / "e"), busy_timeout=2)
+    backend.create_table("CONTRACT", FAMILIES)
+    table = backend.table("CONTRACT")
+    db = backend._db()
+    refuse = []
+
+    def authorizer(action, arg1, *_):
+        if action == sqlite3.SQLITE_TRANSACTION and arg1 == "COMMIT" and refuse:
+            refuse.pop()
+            return sqlite3.SQLITE_DENY
+        return sqlite3.SQLITE_OK
+
+    db.set_authorizer(authorizer)
+    for failing in (lambda: _grouped_put(backend, table, b"g"),   # a group's commit
+                    lambda: table.mutate_rows([Mutation(b"m", puts={b"m:a": b"1"},
+                                                        deletes=[b"f:x"])]),  # one call's
+                    lambda: table.increment(b"n", b"m:n", 1)):     # a counter's
+        refuse.append(True)
+        with pytest.raises(BackendUnavailable):
+            failing()
+        assert not db.in_transaction
+    assert table.row(b"g") == {} and table.row(b"m") == {} and table.row(b"n") == {}
+    _grouped_put(backend, table, b"g")
+    done = []
+    writer = threading.Thread(target=lambda: done.append(table.put(b"t", {b"m:a": b"2"})))
+    writer.start()
+    writer.join(10)
+    assert done and table.row(b"t") == {b"m:a": b"2"} and table.row(b"g") == {b"m:a": b"1"}
+    backend.close()
+
+
+def _grouped_put(backend, table, key):
+    with backend.grouped():
+        table.put(key, {b"m:a": b"1"})
+
+
 def test_embedded_flush_group_lets_a_waiting_writer_in(tmp_path):
     """A caller inside a group that waits for another writer flushes first (Messages.advance);
     the waiting writer must then get through while the group goes on."""

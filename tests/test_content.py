@@ -175,6 +175,26 @@ def test_storing_a_chunk_at_once_leaves_the_row_a_writer_leaves(table, size):
         store.store(data + b"x" * (CHUNK + 1 - size))
 
 
+def test_content_ids_stay_unique_whoever_seeds_the_random_module():
+    """UUIDv7 ids draw on a generator of their own: code elsewhere seeding the random module
+    to a constant (in several processes, or after a fork) must not make them repeat."""
+    import random
+
+    from mailstore import keys
+    random.seed(7)
+    first = keys.new_ordered_id()
+    random.seed(7)
+    assert keys.new_ordered_id()[6:] != first[6:]
+    # A forked child starts from the parent's generator state unless it is reseeded.
+    read, write = os.pipe()
+    child = os.fork()
+    if child == 0:
+        os.write(write, keys.new_ordered_id())
+        os._exit(0)
+    os.waitpid(child, 0)
+    assert os.read(read, 16)[6:] != keys.new_ordered_id()[6:]
+
+
 def test_content_ids_ascend_where_the_backend_prefers_it(backend, monkeypatch):
     """The embedded store's B-tree takes ascending keys at its right edge, cheaply; over HBase
     ids stay random (UUID4), which spreads writes over regions."""

@@ -131,6 +131,43 @@ def test_a_remembered_mailbox_id_never_outlives_a_rename_or_delete_elsewhere(sto
         store.mailbox(alice, "Old")
 
 
+def test_a_memoryview_of_wide_items_is_sized_in_bytes(backend):
+    """len() of a memoryview counts items: one of 4-byte items that looks under a chunk by
+    len() but is over it in bytes must still be stored whole (streamed), and read back."""
+    store = MailStore(backend, chunk_size=64 * 1024)
+    user = store.create_user("u", "pw")
+    data = message(1)
+    data += b"x" * (96_000 - len(data))
+    source = memoryview(data).cast("I")
+    assert len(source) <= store.content.chunk_size < source.nbytes
+    _, uid = store.append(user, "INBOX", source)
+    view = store.newest(store.mailbox(user, "INBOX"), 1)[0]
+    assert view.uid == uid and view.record.size == len(data)
+    assert store.open_message(view).read() == data
+
+
+def test_the_checkpoint_refresh_of_an_append_holds_no_other_writer_up(tmp_path, monkeypatch):
+    """Every CHECKPOINT_EVERY UIDs an append refreshes the mailbox's index checkpoint, which
+    reads up to that many rows: it must run after the append's transaction is committed."""
+    import mailstore.store as store_module
+    from mailstore.backends.embedded import EmbeddedBackend
+    monkeypatch.setattr(store_module, "CHECKPOINT_EVERY", 3)
+    store = MailStore(EmbeddedBackend(str(tmp_path / "e")))
+    user = store.create_user("u", "pw")
+    seen = []
+    real = store.indexes.refresh_checkpoint
+
+    def refresh(mailbox):
+        seen.append(store.backend._db().in_transaction)
+        return real(mailbox)
+
+    monkeypatch.setattr(store.indexes, "refresh_checkpoint", refresh)
+    for i in range(7):
+        store.append(user, "INBOX", message(i))
+    assert seen == [False, False]
+    assert store.uids(store.mailbox(user, "INBOX")) == list(range(1, 8))
+
+
 def test_rename_moves_children_and_keeps_their_uids(store, alice):
     store.create_mailbox(alice, "a/b/c")
     store.append(alice, "a/b/c", message(1))

@@ -348,12 +348,30 @@ class _WriteTxn:
 
     def __exit__(self, exc_type, exc, tb) -> None:
         if exc_type is None:
-            self.db.execute("RELEASE call" if self.nested else "COMMIT")
+            if self.nested:
+                self.db.execute("RELEASE call")
+            else:
+                _commit(self.db)
         elif self.nested:
             self.db.execute("ROLLBACK TO call")
             self.db.execute("RELEASE call")
         else:
             self.db.execute("ROLLBACK")
+
+
+def _commit(db: sqlite3.Connection) -> None:
+    """COMMIT, and if it fails, leave no transaction open: a COMMIT that fails without SQLite
+    rolling back (busy, I/O error) would otherwise keep the write lock and fold every later
+    call of this connection into a transaction that is never committed."""
+    try:
+        db.execute("COMMIT")
+    except sqlite3.Error:
+        if db.in_transaction:
+            try:
+                db.execute("ROLLBACK")
+            except sqlite3.Error:
+                pass
+        raise
 
 
 class EmbeddedBackend(Backend):
@@ -477,8 +495,11 @@ class EmbeddedBackend(Backend):
                                          "back by an earlier error")
             return
         try:
-            db.execute(how)
-        except sqlite3.OperationalError as exc:
+            if how == "COMMIT":
+                _commit(db)
+            else:
+                db.execute(how)
+        except sqlite3.Error as exc:
             if how == "ROLLBACK":
                 return  # the original error is the one to report
             raise BackendUnavailable(f"embedded store: {exc}") from exc
@@ -607,7 +628,7 @@ class _Guarded(_WriteTxn):
     def __exit__(self, exc_type, exc, tb) -> None:
         try:
             super().__exit__(exc_type, exc, tb)
-        except sqlite3.OperationalError as commit_exc:
+        except sqlite3.Error as commit_exc:
             raise BackendUnavailable(f"embedded store: {commit_exc}") from commit_exc
         if isinstance(exc, sqlite3.OperationalError):
             raise BackendUnavailable(f"embedded store: {exc}") from exc
