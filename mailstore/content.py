@@ -42,6 +42,19 @@ def check_chunk_size(size: int) -> int:
     return size
 
 
+def _new_content_id(table: Table) -> bytes:
+    # Ascending ids where the backend writes them cheaper (the embedded store's B-tree: a
+    # random id costs an insert in the middle of a full page), random ones elsewhere.
+    return new_ordered_id() if getattr(table, "ordered_keys", False) else new_id()
+
+
+def _final_cells(size: int, chunks: int, chunk_size: int, refs: int) -> dict[bytes, bytes]:
+    """The cells that finish a content row: its info (whose presence says it is complete)
+    and its reference count."""
+    return {INFO: orjson.dumps({"size": size, "chunks": chunks, "chunk_size": chunk_size}),
+            REFS: encode_counter(refs)}
+
+
 class ChunkWriter(io.RawIOBase):
     """Write a message's bytes; full chunks are put as the buffer fills.
 
@@ -54,9 +67,7 @@ class ChunkWriter(io.RawIOBase):
         self.table = table
         self.chunk_size = chunk_size
         self.refs = refs
-        # Ascending ids where the backend writes them cheaper (the embedded store's B-tree:
-        # a random id costs an insert in the middle of a full page), random ones elsewhere.
-        self.content_id = new_ordered_id() if getattr(table, "ordered_keys", False) else new_id()
+        self.content_id = _new_content_id(table)
         self.size = 0
         self._clock = clock
         self._buffer = bytearray()
@@ -129,9 +140,7 @@ class ChunkWriter(io.RawIOBase):
         last = self._full if self._full is not None else bytes(self._buffer)
         self._full = None
         chunks = self._chunks + (1 if last else 0)
-        info = orjson.dumps({"size": self.size, "chunks": chunks,
-                             "chunk_size": self.chunk_size})
-        extra = {INFO: info, REFS: encode_counter(self.refs)}
+        extra = _final_cells(self.size, chunks, self.chunk_size, self.refs)
         if last:
             self._put_chunk(last, extra)
         elif self._chunks == 0:  # empty content: no chunk at all
@@ -260,12 +269,9 @@ class ContentStore:
         """
         if len(data) > self.chunk_size:
             raise ValueError("content larger than a chunk: use a writer")
-        content_id = (new_ordered_id() if getattr(self.table, "ordered_keys", False)
-                      else new_id())
+        content_id = _new_content_id(self.table)
         cells = {STARTED: encode_counter(int(self.clock())),
-                 INFO: orjson.dumps({"size": len(data), "chunks": 1 if data else 0,
-                                     "chunk_size": self.chunk_size}),
-                 REFS: encode_counter(refs)}
+                 **_final_cells(len(data), 1 if data else 0, self.chunk_size, refs)}
         if data:
             cells[chunk_column(1)] = data
         try:

@@ -103,19 +103,25 @@ class Mailboxes:
         # That saves the index read on every delivery and APPEND by name.
         remembered = self._ids.get((user, name))
         if remembered is not None:
-            mailbox = self.load(remembered)
-            if mailbox and mailbox.owner == user and mailbox.name == name:
+            mailbox = self._named(remembered, user, name)
+            if mailbox:
                 return mailbox
             self._ids.pop((user, name), None)
         mailbox_id = self.index.row(keys.index_key(user, name), [b"i:id"]).get(b"i:id")
-        if mailbox_id:
-            mailbox = self.load(mailbox_id)
-            if mailbox and mailbox.owner == user and mailbox.name == name:
-                if len(self._ids) >= ID_CACHE:
-                    self._ids.clear()  # crude bound; a miss only costs the index read
-                self._ids[(user, name)] = mailbox_id
-                return mailbox
-        raise NotFound(f"no such mailbox: {name}")
+        mailbox = self._named(mailbox_id, user, name) if mailbox_id else None
+        if mailbox is None:
+            raise NotFound(f"no such mailbox: {name}")
+        if len(self._ids) >= ID_CACHE:
+            self._ids.clear()  # crude bound; a miss only costs the index read
+        self._ids[(user, name)] = mailbox_id
+        return mailbox
+
+    def _named(self, mailbox_id: bytes, user: str, name: str) -> Mailbox | None:
+        """The live mailbox ``mailbox_id`` if its row says ``user`` owns it as ``name``."""
+        mailbox = self.load(mailbox_id)
+        if mailbox and mailbox.owner == user and mailbox.name == name:
+            return mailbox
+        return None
 
     def list(self, user: str, under: str | None = None) -> list[Mailbox]:
         """The user's live mailboxes sorted by name; only descendants of ``under`` if given."""

@@ -123,6 +123,16 @@ class MessageView:
         return max(self.record.modseq, self.flags.modseq)
 
 
+def known_size(source) -> int | None:
+    """The octets of a message given in memory (bytes, bytearray, memoryview); None for a
+    file, whose size is known once it has been read."""
+    if isinstance(source, memoryview):
+        return source.nbytes  # len() counts items, which may be wider than a byte
+    if isinstance(source, (bytes, bytearray)):
+        return len(source)
+    return None
+
+
 def _header_end(data: bytearray) -> int | None:
     """Offset just past the blank line that ends a header block, if it is in ``data``."""
     if data.startswith(b"\r\n"):
@@ -174,8 +184,8 @@ class Messages:
         ``source`` is bytes or a readable binary file.  Raises TooLarge (having removed what was
         written) as soon as more than ``max_size`` bytes have been read.
         """
-        if isinstance(source, (bytes, bytearray, memoryview)):
-            size = source.nbytes if isinstance(source, memoryview) else len(source)
+        size = known_size(source)
+        if size is not None:
             if size <= self.content.chunk_size:
                 return self._ingest_whole(bytes(source), refs, max_size)
             source = io.BytesIO(source)

@@ -29,6 +29,7 @@ from .messages import (
     StoredContent,
     canonical_flags,
     flag_target,
+    known_size,
 )
 from .records import COMMITTED, DELETING, MOVING, Flags, MessageRecord, state_of
 from .schema import IMPORTS, create_schema
@@ -238,9 +239,10 @@ class MailStore:
         ``mailbox_name`` is a name of ``user``'s, or a Mailbox of theirs already looked up (an
         IMAP session has it: two reads saved per APPEND).  ``source`` is bytes or a binary
         file, read in chunks: a large message never sits in memory whole.  Raises NotFound,
-        TooLarge or OverQuota with nothing left behind.
+        TooLarge, OverQuota or BackendUnavailable with nothing left behind -- except
+        errors.Unpublished, whose message stays (it becomes visible later).
         """
-        size = _known_size(source)
+        size = known_size(source)
         if size is not None and size > self.max_message_size:
             raise TooLarge(f"message larger than {self.max_message_size} bytes")
         with self.unit_of_work(size):
@@ -298,7 +300,7 @@ class MailStore:
         Each recipient gets their own row, flags and UID; a recipient that fails (no such
         mailbox, over quota) is reported in its Delivery and gives its reference back.
         """
-        with self.unit_of_work(_known_size(source)):
+        with self.unit_of_work(known_size(source)):
             return self._deliver(recipients, source)
 
     def _deliver(self, recipients: Sequence[tuple[str, str]], source) -> list[Delivery]:
@@ -508,11 +510,3 @@ def purge_mailbox_messages(store: MailStore, mailbox: Mailbox, batch: int = 500)
                 if state_of(raw) != MOVING:
                     store.content.decref(record.content)
         removed += count
-
-
-def _known_size(source) -> int | None:
-    if isinstance(source, memoryview):
-        return source.nbytes  # len() counts items, which may be wider than a byte
-    if isinstance(source, (bytes, bytearray)):
-        return len(source)
-    return None

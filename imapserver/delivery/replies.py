@@ -32,7 +32,9 @@ def for_error(exc: BaseException, address: str, over_quota_code: str) -> str:
     """The reply for a recipient whose delivery failed with ``exc``.
 
     Anything unexpected is answered 451: the sender keeps the message and retries, which is
-    always safe because nothing was kept for a recipient that is told to retry.
+    safe because nothing was kept for a recipient that is told to retry -- except a message
+    the store committed but could not make visible (``errors.Unpublished``): the retry may
+    deliver that one twice, never lose it.
     """
     if isinstance(exc, OverQuota):
         return over_quota(address, over_quota_code)

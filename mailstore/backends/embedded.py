@@ -38,6 +38,7 @@ from .base import (
 )
 
 _SYNC_MODES = ("NORMAL", "FULL")
+_LOST_GROUP = "embedded store: the group's transaction was rolled back by an earlier error"
 
 
 def _family_bounds(family: bytes) -> tuple[bytes, bytes]:
@@ -432,8 +433,7 @@ class EmbeddedBackend(Backend):
             # SQLite rolled the group back itself (disk full, I/O error).  Going on call by
             # call would leave later writes without the earlier ones (counts taken back that
             # were never taken): every further call of the group fails instead.
-            raise BackendUnavailable("embedded store: the group's transaction was rolled "
-                                     "back by an earlier error")
+            raise BackendUnavailable(_LOST_GROUP)
         return db
 
     def _single(self, sql: str, params: Sequence[object]) -> sqlite3.Cursor:
@@ -491,8 +491,7 @@ class EmbeddedBackend(Backend):
             # SQLite rolled the group back itself (disk full, I/O error): if the caller went
             # on regardless, committing now would report success for writes that are gone.
             if how == "COMMIT":
-                raise BackendUnavailable("embedded store: the group's transaction was rolled "
-                                         "back by an earlier error")
+                raise BackendUnavailable(_LOST_GROUP)
             return
         try:
             if how == "COMMIT":
