@@ -32,6 +32,7 @@ sys.path.insert(0, str(ROOT))
 
 from mailstore.backends.embedded import EmbeddedBackend  # noqa: E402
 from mailstore.store import MailStore  # noqa: E402
+from mailstore.testing.daemons import find_daemon  # noqa: E402
 
 USERS = [f"user{i}" for i in range(10)]
 MESSAGE_SIZE = 10 * 1024
@@ -146,7 +147,7 @@ service lmtp {{
   }}
 }}
 {services}""")
-        self.proc = subprocess.Popen(["dovecot", "-F", "-c", str(conf)],
+        self.proc = subprocess.Popen([find_daemon("dovecot"), "-F", "-c", str(conf)],
                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         try:
             wait_banner(self.port, self.proc)

@@ -39,6 +39,7 @@ sys.path.insert(0, str(ROOT))
 
 from mailstore.backends.embedded import EmbeddedBackend  # noqa: E402
 from mailstore.store import MailStore  # noqa: E402
+from mailstore.testing.daemons import find_daemon  # noqa: E402
 
 PASSWORD = "secret"
 START_TIMEOUT = 60.0
@@ -458,7 +459,7 @@ service imap-login {{
             self.port = free_port()
             conf = self._configure()
             # TZ: Dovecot writes INTERNALDATE in its local time zone; make that UTC like ours.
-            self.proc = subprocess.Popen(["dovecot", "-F", "-c", str(conf)],
+            self.proc = subprocess.Popen([find_daemon("dovecot"), "-F", "-c", str(conf)],
                                          env={**os.environ, "TZ": "UTC"},
                                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             if wait_greeting(self.port, self.proc, START_TIMEOUT):

@@ -26,6 +26,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from mailstore.testing.daemons import find_daemon
+
 USER, PASSWORD = "test", "secret"
 _LITERAL = re.compile(rb"\{(\d+)\+?\}\r\n$")
 
@@ -103,7 +105,7 @@ service imap-login {{
             self.port = _free_port()
             conf = self._configure()
             # TZ: Dovecot writes INTERNALDATE in its local time zone; make that UTC.
-            self.proc = subprocess.Popen(["dovecot", "-F", "-c", str(conf)],
+            self.proc = subprocess.Popen([find_daemon("dovecot"), "-F", "-c", str(conf)],
                                          env={**os.environ, "TZ": "UTC"},
                                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             if self._wait_ready():
