@@ -48,6 +48,7 @@ the mixed load and prints where its time goes; figures from such a run are pertu
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import multiprocessing
 import os
@@ -238,6 +239,7 @@ def _growth(pid: int, run) -> tuple[float, int]:
 
 def measure_big_message(server, user: str, size: int, slow_rate: float) -> dict:
     msg = big_message(size)
+    want = hashlib.sha256(msg).hexdigest()
     c = Conn(server.port)
     c.login(user, PASSWORD)
     pid = _serving_pid(server, c)
@@ -248,9 +250,14 @@ def measure_big_message(server, user: str, size: int, slow_rate: float) -> dict:
     c.command(b"SELECT INBOX")
     for mode, rate in (("fast", None), ("slow", slow_rate)):
         c.read_rate = rate
+        c.skipped = hashlib.sha256()  # the octets read are checked, not only counted
         seconds, growth = _growth(pid, lambda: c.command(b"FETCH 1 BODY.PEEK[]", keep=False))
         out[f"fetch_{mode}_s"], out[f"fetch_{mode}_growth_kib"] = seconds, growth
+        if c.skipped.hexdigest() != want:
+            raise RuntimeError(f"{server.name}: FETCH of the {size}-octet message ({mode} "
+                               f"reader) did not return the octets APPENDed")
     c.read_rate = None
+    c.skipped = None
     c.command(b"LOGOUT")
     c.close()
     return out

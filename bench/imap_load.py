@@ -55,6 +55,7 @@ class Conn:
         self.exists = 0
         self.greeting = self.line()
         self.read_rate: float | None = None  # octets/s while skipping literals (slow reader)
+        self.skipped = None  # a hashlib object fed every literal octet skipped, when set
 
     @property
     def local_port(self) -> int:
@@ -93,6 +94,8 @@ class Conn:
             if not self.buf:
                 self._fill(65536 if self.read_rate else 262144)
             take = min(left, len(self.buf))
+            if self.skipped is not None:
+                self.skipped.update(memoryview(self.buf)[:take])
             del self.buf[:take]
             left -= take
             if self.read_rate:

@@ -11,6 +11,7 @@ from the issue are shown beside them.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import io
 import os
 import sys
@@ -52,6 +53,7 @@ class Streamed(io.RawIOBase):
         super().__init__()
         self.left = size
         self.head = b"Subject: big\r\n\r\n"
+        self.digest = hashlib.sha256()  # of every octet handed out, to check the read-back
 
     def readable(self) -> bool:
         return True
@@ -60,10 +62,13 @@ class Streamed(io.RawIOBase):
         if self.head:
             out, self.head = self.head, b""
             self.left -= len(out)
+            self.digest.update(out)
             return out
         n = self.left if n < 0 else min(n, self.left)
         self.left -= n
-        return b"z" * n
+        out = bytes(range(97, 123)) * (n // 26) + bytes(range(97, 97 + n % 26))
+        self.digest.update(out)
+        return out
 
 
 def open_backend(kind: str, path: str, synchronous: str):
@@ -171,7 +176,8 @@ def main() -> None:
             tracemalloc.start()
             base = tracemalloc.get_traced_memory()[0]
             t0 = time.perf_counter()
-            store.append("u", "INBOX", Streamed(size))
+            source = Streamed(size)
+            store.append("u", "INBOX", source)
             t_store = time.perf_counter() - t0
             peak_store = tracemalloc.get_traced_memory()[1] - base
             tracemalloc.reset_peak()
@@ -180,13 +186,17 @@ def main() -> None:
             reader = store.open_message(view)
             t0 = time.perf_counter()
             total = 0
+            read_back = hashlib.sha256()
             while chunk := reader.read(64 * 1024):
                 total += len(chunk)
+                read_back.update(chunk)
             t_read = time.perf_counter() - t0
             peak_read = tracemalloc.get_traced_memory()[1] - base
             tracemalloc.stop()
             chunk = store.content.chunk_size
             assert total == size
+            # Not only the size: the octets read back are the octets stored.
+            assert read_back.digest() == source.digest.digest(), "50 MB message read back differs"
             rows.append(("store 50 MB message (streamed)", f"{t_store:.2f} s",
                          f"peak +{peak_store / chunk:.1f} chunks ({peak_store / 2**20:.2f} MiB)",
                          "< 4 chunks"))
