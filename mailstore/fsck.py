@@ -274,7 +274,7 @@ class Fsck:
                     self.report.add("content", where, "content never finished", self.repair)
                 continue
             if actual == 0 and content_id in released:
-                self.report.checked["contents awaiting release"] += 1
+                self.report.checked["released contents"] += 1
                 continue
             if actual == 0:
                 if self.repair:
