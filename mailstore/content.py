@@ -45,6 +45,9 @@ DEFAULT_GRACE = 3600.0
 even a 64 MiB body to a slow client (docs/decisions/0011)."""
 SWEEP_BATCH = 500
 """Release records handled per sweep call (one scan, one multi-get, two batched deletes)."""
+SWEEP_EVERY = 60.0
+"""Seconds at least between the sweeps releases make (a scan over HBase is a few round trips:
+not one per expunge)."""
 
 
 def chunk_column(index: int) -> bytes:
@@ -286,6 +289,7 @@ class ContentStore:
         self.clock = clock
         self.releases = releases
         self.grace = grace
+        self._next_sweep = 0.0
 
     def writer(self, refs: int = 1) -> ChunkWriter:
         """A writer for new content that ``refs`` message rows will point to."""
@@ -362,18 +366,21 @@ class ContentStore:
     def release(self, content_ids: list[bytes]) -> None:
         """Content whose last reference is gone: delete it once the grace period is over.
 
-        A release record per content (one batched write), then a sweep of the records whose
-        grace period has ended, so a store with expunges keeps itself clean.
+        A release record per content (one batched write), then, at most every
+        ``SWEEP_EVERY`` seconds, a sweep of the records whose grace period has ended, so a
+        store with expunges keeps itself clean.
         """
         if not content_ids:
             return
         if self.releases is None or self.grace <= 0:
             self.table.mutate_rows([Mutation(cid, delete_row=True) for cid in content_ids])
             return
-        now = int(self.clock())
-        self.releases.mutate_rows([Mutation(keys.release_key(now, cid), puts={RELEASED: cid})
-                                   for cid in content_ids])
-        self.sweep()
+        now = self.clock()
+        self.releases.mutate_rows([Mutation(keys.release_key(int(now), cid),
+                                            puts={RELEASED: cid}) for cid in content_ids])
+        if now >= self._next_sweep:
+            self._next_sweep = now + min(self.grace, SWEEP_EVERY)
+            self.sweep()
 
     def sweep(self, limit: int = SWEEP_BATCH) -> int:
         """Delete content released more than ``grace`` seconds ago; return how many release
