@@ -266,8 +266,8 @@ class ChunkReader(io.RawIOBase):
             chunk = cells.get(chunk_column(i))
             if chunk is None:
                 if self._released is not None and self._released(self.content_id):
-                    raise Expunged(f"content {self.content_id.hex()} was released: every "
-                                   "message that referred to it has been expunged")
+                    raise Expunged("message expunged meanwhile: its content was released "
+                                   f"({self.content_id.hex()})")
                 raise OSError(f"content {self.content_id.hex()} lacks chunk {i}")
             self._cache[i] = chunk
 
