@@ -67,7 +67,7 @@ def _render_batch(store, mailbox, batch, columns, items, set_seen, seq_of, own):
 
     Returns (responses, gone): responses as (sequence number, segments), each segment bytes
     or a Stream to be pulled; ``gone`` the number of messages left out because their content
-    was released and deleted under us (expunged elsewhere, errors.Expunged).
+    was released and deleted under us (expunged elsewhere: errors.Expunged).
     """
     views = store.fetch(mailbox, batch, columns)
     seen_now = set()
@@ -87,57 +87,56 @@ def _render_batch(store, mailbox, batch, columns, items, set_seen, seq_of, own):
         seq = seq_of(view.uid)
         if seq is None:
             continue
-        try:
-            parts = _render_message(store, view, items, view.uid in seen_now)
-        except Expunged:
+        parts: list = []
+        reader = None
+        wrote_flags = False
+        lost = False
+        for item in items:
+            kind = item.kind
+            if kind == "UID":
+                parts.append(b"UID %d" % view.uid)
+            elif kind == "FLAGS":
+                parts.append(b"FLAGS " + flags_list(view.flags.names))
+                wrote_flags = True
+            elif kind == "INTERNALDATE":
+                parts.append(b"INTERNALDATE " + internaldate(view.record.internal_date))
+            elif kind == "RFC822.SIZE":
+                parts.append(b"RFC822.SIZE %d" % view.record.size)
+            elif kind == "ENVELOPE":
+                parts.append(b"ENVELOPE " + envelope(view.envelope))
+            elif kind in ("BODY", "BODYSTRUCTURE"):
+                parts.append(kind.encode() + b" " +
+                             bodystructure(view.body, extended=kind == "BODYSTRUCTURE"))
+            else:
+                plan = resolve(item.section, view.body, view.header, view.record.size,
+                               view.record.header_size)
+                if plan.needs_content and reader is None:
+                    reader = store.open_message(view)
+                count, chunks = iter_section(plan, reader if plan.needs_content else None,
+                                             item.partial)
+                head = item.name.encode() + b" {%d}\r\n" % count
+                try:
+                    parts += _literal(head, count, chunks)
+                except Expunged:
+                    lost = True
+                    break
+        if lost:
             gone += 1
             continue
+        if view.uid in seen_now and not wrote_flags:
+            parts.append(b"FLAGS " + flags_list(view.flags.names))
         responses.append((seq, parts))
     return responses, gone
 
 
-def _render_message(store, view, items, seen_now: bool) -> list:
-    """One message's FETCH attributes as segments.  Raises errors.Expunged if its content is
-    gone (before any of it has been written: see the module docstring)."""
-    parts: list = []
-    reader = None
-    wrote_flags = False
-    for item in items:
-        kind = item.kind
-        if kind == "UID":
-            parts.append(b"UID %d" % view.uid)
-        elif kind == "FLAGS":
-            parts.append(b"FLAGS " + flags_list(view.flags.names))
-            wrote_flags = True
-        elif kind == "INTERNALDATE":
-            parts.append(b"INTERNALDATE " + internaldate(view.record.internal_date))
-        elif kind == "RFC822.SIZE":
-            parts.append(b"RFC822.SIZE %d" % view.record.size)
-        elif kind == "ENVELOPE":
-            parts.append(b"ENVELOPE " + envelope(view.envelope))
-        elif kind in ("BODY", "BODYSTRUCTURE"):
-            parts.append(kind.encode() + b" " +
-                         bodystructure(view.body, extended=kind == "BODYSTRUCTURE"))
-        else:
-            plan = resolve(item.section, view.body, view.header, view.record.size,
-                           view.record.header_size)
-            if plan.needs_content and reader is None:
-                reader = store.open_message(view)
-            count, chunks = iter_section(plan, reader if plan.needs_content else None,
-                                         item.partial)
-            head = item.name.encode() + b" {%d}\r\n" % count
-            if count > STREAM_ABOVE:
-                # Its first piece now, in this thread: content already gone is found
-                # before the literal's head is out, while the command can still say NO.
-                first = next(chunks, None)
-                parts.append(head)
-                parts.append(Stream(count, itertools.chain(
-                    () if first is None else (first,), chunks)))
-            else:
-                parts.append(head + b"".join(chunks))
-    if seen_now and not wrote_flags:
-        parts.append(b"FLAGS " + flags_list(view.flags.names))
-    return parts
+def _literal(head: bytes, count: int, chunks) -> list:
+    """A literal's segments: its head and data as one, or over ``STREAM_ABOVE`` its head and
+    a Stream.  A Stream's first piece is read now, in this thread: content already gone is
+    found (errors.Expunged) before the head is written, while the command can still say NO."""
+    if count <= STREAM_ABOVE:
+        return [head + b"".join(chunks)]
+    first = next(chunks, None)
+    return [head, Stream(count, itertools.chain(() if first is None else (first,), chunks))]
 
 
 def _next_chunk(chunks):
