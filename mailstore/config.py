@@ -52,6 +52,7 @@ SCHEMA: dict[str, dict[str, Key]] = {
         "max_message_size": Key(int, 64 * 1024 * 1024),
         "abandon_after": Key(float, 10.0),
         "intent_timeout": Key(float, 60.0),
+        "release_grace": Key(float, 3600.0),
     },
     "imap": {
         "host": Key(str, "127.0.0.1"),
@@ -119,7 +120,7 @@ class Config:
     def store_options(self) -> dict[str, Any]:
         store = self.values["store"]
         return {k: store[k] for k in ("chunk_size", "read_ahead", "max_message_size",
-                                      "abandon_after", "intent_timeout")}
+                                      "abandon_after", "intent_timeout", "release_grace")}
 
 
 def load(path: str | None = None, overrides: dict[str, dict[str, Any]] | None = None) -> Config:

@@ -10,6 +10,13 @@ the reader works on ``bytes`` objects, never on signed bytes.
 Ordering: the chunks and ``m:info`` are written before any message row refers to the content,
 so a message can never be seen without its content.  ``m:info`` is written last, with the final
 chunk, so content without it was never finished (fsck removes it).
+
+Release: when the last reference goes, the row is not deleted at once.  A session that read a
+message row just before another session expunged it may still be reading the content (a FETCH
+streaming a large body reads for as long as its client takes), so the content is *released*: a
+release record is written, and the row is deleted once ``grace`` seconds have passed, by the
+next release, by the IMAP server's periodic sweep or by fsck (docs/decisions/0011).  A reader
+that still finds a chunk gone (past the grace period) raises :class:`~.errors.Expunged`.
 """
 
 from __future__ import annotations
@@ -20,7 +27,9 @@ from collections.abc import Callable
 
 import orjson
 
-from .backends.base import Table, decode_counter, encode_counter
+from . import keys
+from .backends.base import Mutation, Table, decode_counter, encode_counter
+from .errors import Expunged
 from .keys import new_id, new_ordered_id
 
 MIN_CHUNK = 64 * 1024
@@ -29,6 +38,16 @@ DEFAULT_CHUNK = 256 * 1024
 INFO = b"m:info"
 STARTED = b"m:t"
 REFS = b"r:refs"
+RELEASED = b"i:released"
+"""The cell of a release record (JAMES_INTENTS): the content id, for people reading the table."""
+DEFAULT_GRACE = 3600.0
+"""Seconds released content stays readable: longer than any FETCH of one message should take,
+even a 64 MiB body to a slow client (docs/decisions/0011)."""
+SWEEP_BATCH = 500
+"""Release records handled per sweep call (one scan, one multi-get, two batched deletes)."""
+SWEEP_EVERY = 60.0
+"""Seconds at least between the sweeps releases make (a scan over HBase is a few round trips:
+not one per expunge)."""
 
 
 def chunk_column(index: int) -> bytes:
@@ -169,10 +188,13 @@ class ChunkReader(io.RawIOBase):
     """
 
     def __init__(self, table: Table, content_id: bytes, size: int, chunk_size: int,
-                 read_ahead: int = 2):
+                 read_ahead: int = 2, released: Callable[[bytes], bool] | None = None):
         super().__init__()
         self.table = table
         self.content_id = content_id
+        # Asked when a chunk is missing: was the content released (its messages expunged) and
+        # deleted, rather than damaged?  Then the read raises Expunged instead of OSError.
+        self._released = released
         self.size = size
         self.chunk_size = chunk_size
         self.read_ahead = max(1, read_ahead)
@@ -243,19 +265,31 @@ class ChunkReader(io.RawIOBase):
         for i in want:
             chunk = cells.get(chunk_column(i))
             if chunk is None:
+                if self._released is not None and self._released(self.content_id):
+                    raise Expunged("message expunged meanwhile: its content was released "
+                                   f"({self.content_id.hex()})")
                 raise OSError(f"content {self.content_id.hex()} lacks chunk {i}")
             self._cache[i] = chunk
 
 
 class ContentStore:
-    """Writes, reads and reference-counts content rows."""
+    """Writes, reads, reference-counts and releases content rows.
+
+    ``releases`` is the table release records go to (JAMES_INTENTS); without it, or with a
+    ``grace`` of 0, content is deleted as soon as its last reference goes (and a reader that
+    loses the race gets :class:`~.errors.Expunged`).
+    """
 
     def __init__(self, table: Table, chunk_size: int = DEFAULT_CHUNK, read_ahead: int = 2,
-                 clock: Callable[[], float] = time.time):
+                 clock: Callable[[], float] = time.time, releases: Table | None = None,
+                 grace: float = DEFAULT_GRACE):
         self.table = table
         self.chunk_size = check_chunk_size(chunk_size)
         self.read_ahead = read_ahead
         self.clock = clock
+        self.releases = releases
+        self.grace = grace
+        self._next_sweep = 0.0
 
     def writer(self, refs: int = 1) -> ChunkWriter:
         """A writer for new content that ``refs`` message rows will point to."""
@@ -287,17 +321,26 @@ class ContentStore:
         return content_id
 
     def open(self, content_id: bytes, size: int, chunk_size: int) -> ChunkReader:
-        return ChunkReader(self.table, content_id, size, chunk_size, self.read_ahead)
+        """A reader; it raises :class:`~.errors.Expunged` if the content is deleted under it
+        (released more than ``grace`` seconds before the read)."""
+        return ChunkReader(self.table, content_id, size, chunk_size, self.read_ahead,
+                           self.released)
 
     def info(self, content_id: bytes) -> dict | None:
         raw = self.table.row(content_id, [INFO]).get(INFO)
         return orjson.loads(raw) if raw else None
 
+    def released(self, content_id: bytes) -> bool:
+        """Whether the content has no reference left (its row gone, or going): every message
+        that referred to it was expunged.  A row with references is never released."""
+        row = self.table.row(content_id, [INFO, REFS])
+        return INFO not in row or decode_counter(row.get(REFS)) <= 0
+
     def incref(self, content_id: bytes) -> bool:
         """Add a reference for a new copy.  False if the content was already being freed.
 
         A result of 1 means the count had reached 0 (the last message was expunged and the row
-        is being deleted): the copy must not go ahead.  The reference just taken is dropped again.
+        is released): the copy must not go ahead.  The reference just taken is dropped again.
         """
         if self.table.increment(content_id, REFS, 1) > 1:
             return True
@@ -305,11 +348,73 @@ class ContentStore:
         return False
 
     def decref(self, content_id: bytes, count: int = 1) -> int:
-        """Drop references; free the content when none is left.  Returns the remaining count."""
+        """Drop references; release the content when none is left.  Returns the remaining
+        count."""
         left = self.table.increment(content_id, REFS, -count)
         if left <= 0:
-            self.table.delete(content_id)
+            self.release([content_id])
         return left
+
+    def decref_many(self, counts: dict[bytes, int]) -> list[bytes]:
+        """Drop ``counts[content_id]`` references of each content; release, in one batch,
+        those left with none.  Returns the ids released."""
+        freed = [cid for cid, count in counts.items()
+                 if self.table.increment(cid, REFS, -count) <= 0]
+        self.release(freed)
+        return freed
+
+    def release(self, content_ids: list[bytes]) -> None:
+        """Content whose last reference is gone: delete it once the grace period is over.
+
+        A release record per content (one batched write), then, at most every
+        ``SWEEP_EVERY`` seconds, a sweep of the records whose grace period has ended, so a
+        store with expunges keeps itself clean.
+        """
+        if not content_ids:
+            return
+        if self.releases is None or self.grace <= 0:
+            self.table.mutate_rows([Mutation(cid, delete_row=True) for cid in content_ids])
+            return
+        now = self.clock()
+        self.releases.mutate_rows([Mutation(keys.release_key(int(now), cid),
+                                            puts={RELEASED: cid}) for cid in content_ids])
+        if now >= self._next_sweep:
+            self._next_sweep = now + min(self.grace, SWEEP_EVERY)
+            self.sweep()
+
+    def sweep(self, limit: int = SWEEP_BATCH) -> int:
+        """Delete content released more than ``grace`` seconds ago; return how many release
+        records were handled (at most ``limit``: call again while it returns ``limit``).
+
+        A content row that holds references again (fsck gave it back those of messages that
+        still point to it) is kept; its release record goes either way.  Deleting twice (two
+        sweepers at once) is harmless.
+        """
+        if self.releases is None:
+            return 0
+        start, stop = keys.release_range(int(self.clock() - self.grace))
+        records = [key for key, _ in self.releases.scan(start=start, stop=stop,
+                                                        columns=[RELEASED], limit=limit)]
+        if not records:
+            return 0
+        ids = list(dict.fromkeys(keys.release_key_parts(key)[1] for key in records))
+        doomed = [cid for cid, row in self.table.rows(ids, [REFS])
+                  if decode_counter(row.get(REFS)) <= 0]
+        if doomed:
+            self.table.mutate_rows([Mutation(cid, delete_row=True) for cid in doomed])
+        self.releases.mutate_rows([Mutation(key, delete_row=True) for key in records])
+        return len(records)
+
+    def pending_releases(self) -> dict[bytes, int]:
+        """Content released and not yet deleted: content id -> time of its latest release."""
+        if self.releases is None:
+            return {}
+        start, stop = keys.release_range(2**63 - 1)
+        out: dict[bytes, int] = {}
+        for key, _ in self.releases.scan(start=start, stop=stop, columns=[RELEASED]):
+            at, cid = keys.release_key_parts(key)
+            out[cid] = max(at, out.get(cid, 0))
+        return out
 
     def refs(self, content_id: bytes) -> int:
         return decode_counter(self.table.row(content_id, [REFS]).get(REFS))

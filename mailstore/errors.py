@@ -14,6 +14,17 @@ class NotFound(MailStoreError):
     """A user, mailbox or message that does not exist (or is not visible to the caller)."""
 
 
+class Expunged(NotFound):
+    """A message the caller had looked up was expunged (by another session or process) before
+    its content could be read, and its content is gone.
+
+    RFC 2180 4.1 leaves the server a choice when a session fetches a message it has not yet
+    been told is expunged; this one says the data can no longer be served.  Content stays
+    readable for a grace period after its last message goes (docs/decisions/0011), so this is
+    raised only to a reader slower than that.
+    """
+
+
 class AlreadyExists(MailStoreError):
     """A user or mailbox name that is already taken."""
 

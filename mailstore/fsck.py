@@ -7,7 +7,9 @@ What is checked (docs/decisions/0004-counters-and-fsck.md):
 * per mailbox: message, unseen and size counters against the rows; the UID counter against the
   highest UID; the watermark against UIDs left in flight; rows in odd states;
 * content: reference counts against the message rows that point to each content row, content
-  never finished, content no message refers to;
+  never finished, content no message refers to (content released by its last expunge and
+  waiting out its grace period is not a problem: ``--repair`` deletes it once the period is
+  over, as the server's sweep does; docs/decisions/0011);
 * import records (``JAMES_IMPORTS``), change-log entries and checkpoints (``JAMES_CHANGES``) of
   mailboxes that no longer exist.
 
@@ -23,7 +25,7 @@ from dataclasses import dataclass, field
 
 from . import keys
 from .backends.base import Mutation, decode_counter, prefix_stop
-from .content import INFO, REFS, STARTED
+from .content import INFO, REFS, STARTED, SWEEP_BATCH
 from .imports import UID_CELL
 from .mailboxes import COUNT, DELETING, LIVE, SIZE, UID, UNSEEN, VISIBLE, Mailbox
 from .messages import BODY, ENVELOPE, FLAGS, HEADER, STATE
@@ -250,6 +252,14 @@ class Fsck:
         table = store.content.table
         now = store.clock()
         self.progress("checking content references")
+        if self.repair:
+            # Released content whose grace period is over goes now, as the server's sweep
+            # would have done: routine, not a problem found.
+            while store.content.sweep() == SWEEP_BATCH:
+                pass
+        # Content released by its last expunge waits out its grace period (decision 0011):
+        # a state of its own, not a leak.
+        released = store.content.pending_releases()
         fixes: list[Mutation] = []
         for content_id, row in table.scan(start=b"", stop=b"\xff" * 17,
                                           columns=[INFO, REFS, STARTED]):
@@ -262,6 +272,9 @@ class Fsck:
                     if self.repair and not actual:
                         fixes.append(Mutation(content_id, delete_row=True))
                     self.report.add("content", where, "content never finished", self.repair)
+                continue
+            if actual == 0 and content_id in released:
+                self.report.checked["released contents"] += 1
                 continue
             if actual == 0:
                 if self.repair:

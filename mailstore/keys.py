@@ -140,6 +140,29 @@ def intent_key(mailbox_id: bytes, intent_id: bytes) -> bytes:
     return mailbox_id + intent_id
 
 
+# Content released by its last reference waits here for its grace period before its row is
+# deleted (docs/decisions/0011-expunge-vs-readers.md).  The prefix takes the place of a mailbox
+# UUID that no UUID4 can be (version nibble 0), so no mailbox's intents scan reaches these.
+RELEASE_PREFIX = b"\x00" * (UUID_LEN - 1) + b"\x01"
+
+
+def release_key(released_at: int, content_id: bytes) -> bytes:
+    """Release record of ``content_id``: the prefix, 8-byte big-endian seconds, the id, so the
+    records sort by the time their content was released."""
+    return RELEASE_PREFIX + released_at.to_bytes(8, "big") + content_id
+
+
+def release_range(released_before: int) -> tuple[bytes, bytes]:
+    """(start, stop) of the release records older than ``released_before`` seconds."""
+    return RELEASE_PREFIX, RELEASE_PREFIX + max(0, released_before).to_bytes(8, "big")
+
+
+def release_key_parts(key: bytes) -> tuple[int, bytes]:
+    """(released_at, content_id) of a release record's key."""
+    body = key[len(RELEASE_PREFIX):]
+    return int.from_bytes(body[:8], "big"), body[8:]
+
+
 # -- JAMES_IMPORTS: mailbox uuid + SHA-256 of the message ----------------------------------------
 
 IMPORT_DIGEST_LEN = 32

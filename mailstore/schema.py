@@ -77,7 +77,8 @@ CONTENT = TableDef(
         "r": "r:refs, the number of message rows that point here (increments only)",
     },
     access="get of the few chunk columns a read needs; refs incremented on copy, decremented "
-           "on expunge; the row is deleted when refs reaches 0",
+           "on expunge; when refs reaches 0 the row is released and deleted a grace period "
+           "later (docs/decisions/0011-expunge-vs-readers.md)",
 )
 
 SUBSCRIPTIONS = TableDef(
@@ -102,10 +103,15 @@ USERS = TableDef(
 
 INTENTS = TableDef(
     name="JAMES_INTENTS",
-    purpose="Intent records of multi-row operations (move, expunge), rolled forward on recovery.",
-    row_key="16-byte source mailbox UUID + 16-byte intent id",
-    families={"i": "i:op (JSON: kind, target, uids and allocated target UIDs), i:at (time)"},
-    access="put before the operation, deleted after it; prefix scan by mailbox on open and fsck",
+    purpose="Intent records of multi-row operations (move, expunge), rolled forward on recovery; "
+            "release records of content whose last reference went, deleted after a grace period.",
+    row_key="16-byte source mailbox UUID + 16-byte intent id; release records: 15 NUL bytes "
+            "and 0x01 (no UUID4) + 8-byte big-endian release time (s) + 16-byte content id",
+    families={"i": "i:op (JSON: kind, target, uids and allocated target UIDs), i:at (time); "
+                   "i:released (the content id) in release records"},
+    access="put before the operation, deleted after it; prefix scan by mailbox on open and fsck; "
+           "release records: batched puts on expunge, a bounded scan of those past the grace "
+           "period on each release, periodic sweep and fsck",
 )
 
 IMPORTS = TableDef(

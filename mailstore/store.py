@@ -11,14 +11,15 @@ import contextlib
 import functools
 import io
 import time
+from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 from . import keys, names
 from .backends import open_backend
-from .backends.base import Backend, Mutation, delete_rows
+from .backends.base import Backend, Mutation, decode_counter, delete_rows
 from .changelog import ChangeLog
-from .content import DEFAULT_CHUNK, ContentStore
+from .content import DEFAULT_CHUNK, DEFAULT_GRACE, ContentStore
 from .errors import AlreadyExists, InvalidName, NotFound, OverQuota, TooLarge, Unpublished
 from .index import CHECKPOINT_EVERY, Delta, Indexes, MailboxIndex, Marks
 from .mailboxes import DEFAULT_FOLDERS, MODSEQ, Mailbox, Mailboxes
@@ -32,7 +33,7 @@ from .messages import (
     known_size,
 )
 from .records import COMMITTED, DELETING, MOVING, Flags, MessageRecord, state_of
-from .schema import IMPORTS, create_schema
+from .schema import IMPORTS, INTENTS, create_schema
 from .transfers import Transfers
 from .users import User, Users, check_quota
 
@@ -68,7 +69,8 @@ class MailStore:
     bounds every stored message.  ``clock`` and ``sleep`` are injectable for tests.
     ``abandon_after`` is how long, in seconds, a UID may stay allocated but unwritten before a
     reader gives it up; ``intent_timeout`` how old an unfinished move or expunge must be before
-    it is recovered by someone else.
+    it is recovered by someone else.  ``release_grace`` is how long, in seconds, content stays
+    readable after its last message is expunged (docs/decisions/0011-expunge-vs-readers.md).
     """
 
     def __init__(self, backend: Backend, *, chunk_size: int = DEFAULT_CHUNK,
@@ -76,13 +78,14 @@ class MailStore:
                  clock: Callable[[], float] = time.time,
                  sleep: Callable[[float], None] = time.sleep,
                  abandon_after: float = 10.0, intent_timeout: float = 60.0,
-                 create_tables: bool = True):
+                 release_grace: float = DEFAULT_GRACE, create_tables: bool = True):
         self.backend = backend
         if create_tables:
             create_schema(backend)
         self.max_message_size = max_message_size
         self.clock = clock
-        self.content = ContentStore(backend.table("JAMES_CONTENT"), chunk_size, read_ahead, clock)
+        self.content = ContentStore(backend.table("JAMES_CONTENT"), chunk_size, read_ahead, clock,
+                                    releases=backend.table(INTENTS.name), grace=release_grace)
         self.mailboxes = Mailboxes(backend, clock)
         self.users = Users(backend, clock)
         self.messages = Messages(backend, self.mailboxes, self.content, clock, sleep,
@@ -377,6 +380,12 @@ class MailStore:
     def read_message(self, view: MessageView) -> bytes:
         return self.messages.open_body(view).read()
 
+    def sweep_released(self) -> int:
+        """Delete content whose grace period after its last expunge is over (a batch of it);
+        return how many release records were handled.  Releases sweep as they go; this is for
+        a store gone quiet (the IMAP server calls it now and then)."""
+        return self.content.sweep()
+
     def store_flags(self, mailbox: Mailbox, uids: Iterable[int], flags: Iterable[str],
                     mode: str = "add", unchanged_since: int | None = None):
         """STORE (RFC 3501 6.4.6).  Not fsynced, as Dovecot's default fsync_mode does not sync
@@ -464,11 +473,13 @@ class MailStore:
         their bytes, and the bytes saved by sharing content between messages.
 
         Message totals come from the mailbox counters (fsck keeps them true); content totals
-        from one scan of the content table's info cells.
+        from one scan of the content table's info and reference cells.  Content released by
+        its last expunge and waiting out its grace period (docs/decisions/0011) is no longer
+        counted.
         """
         import json
 
-        from .content import INFO
+        from .content import INFO, REFS
         users = self.users.list()
         mailboxes = messages = message_bytes = 0
         for account in users:
@@ -477,8 +488,10 @@ class MailStore:
                 messages += box.messages
                 message_bytes += box.size
         contents = content_bytes = 0
-        for _key, row in self.content.table.scan(start=b"", stop=b"\xff" * 17, columns=[INFO],
-                                                 batch_size=5000):
+        for _key, row in self.content.table.scan(start=b"", stop=b"\xff" * 17,
+                                                 columns=[INFO, REFS], batch_size=5000):
+            if INFO not in row or decode_counter(row.get(REFS)) <= 0:
+                continue
             contents += 1
             content_bytes += json.loads(row[INFO])["size"]
         return {"users": len(users), "mailboxes": mailboxes, "messages": messages,
@@ -501,6 +514,7 @@ def purge_mailbox_messages(store: MailStore, mailbox: Mailbox, batch: int = 500)
             return removed
         table.mutate_rows([Mutation(k, delete_row=True) for k, _ in rows])
         count = 0
+        refs: Counter[bytes] = Counter()
         for _key, row in rows:
             raw = row.get(b"m:s")
             if state_of(raw) in (COMMITTED, MOVING, DELETING):
@@ -508,5 +522,6 @@ def purge_mailbox_messages(store: MailStore, mailbox: Mailbox, batch: int = 500)
                 count += 1
                 # A row mid-move keeps its reference for the target copy.
                 if state_of(raw) != MOVING:
-                    store.content.decref(record.content)
+                    refs[record.content] += 1
+        store.content.decref_many(refs)
         removed += count

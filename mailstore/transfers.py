@@ -123,8 +123,9 @@ class Transfers:
         self.boxes.add_counts(mailbox.id, messages=-len(views), size=-size,
                               unseen=-sum(1 for v in views if not v.flags.seen))
         if drop_refs:
-            for content_id, count in Counter(v.record.content for v in views).items():
-                self.content.decref(content_id, count)
+            # Released content stays readable for a grace period: a session that read one of
+            # these rows a moment ago may be reading its content now (docs/decisions/0011).
+            self.content.decref_many(Counter(v.record.content for v in views))
 
     # -- copy -----------------------------------------------------------------------------------
 

@@ -133,8 +133,18 @@ def make_users(data_dir: str, *users: tuple[str, str]) -> None:
 class Client:
     """A raw IMAP connection for transcript tests: send bytes, read responses exactly."""
 
-    def __init__(self, port: int, host: str = "127.0.0.1", timeout: float = 10.0):
-        self.sock = socket.create_connection((host, port), timeout=timeout)
+    def __init__(self, port: int, host: str = "127.0.0.1", timeout: float = 10.0,
+                 recv_buffer: int | None = None):
+        if recv_buffer is None:
+            self.sock = socket.create_connection((host, port), timeout=timeout)
+        else:
+            # Set before connecting, so the kernel cannot grow it: a client that stops reading
+            # then holds the server back after about this many octets (plus the server's own
+            # send buffer), as a slow client on a real network does.
+            self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, recv_buffer)
+            self.sock.settimeout(timeout)
+            self.sock.connect((host, port))
         self.buffer = b""
         self.greeting = self.read_line()
 

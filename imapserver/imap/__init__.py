@@ -65,5 +65,6 @@ def start(store, cfg, reactor, loop, announce) -> list:
         announce("imaps", host, port.getHost().port)
         services.append(_Listener("imaps", port, tls_server))
         services.append(_Shutdown(tls_server))
+    server.start_sweeping()  # one per process: the TLS listener's server shares the store
     services.append(_Shutdown(server))
     return services

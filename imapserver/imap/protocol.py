@@ -75,6 +75,7 @@ class IMAPServerProtocol(protocol.Protocol):
         self.line_consumer = None
         self.closed = False
         self.logged_out = False
+        self._cut = False  # output stopped for good (cut): nothing more may be written
         self._timeout_call = None
 
     # -- connection -------------------------------------------------------------------------
@@ -141,7 +142,7 @@ class IMAPServerProtocol(protocol.Protocol):
 
     def write_lines(self, lines: list[bytes]) -> None:
         """Write whole response lines (each without CRLF) in one call."""
-        if self.closed or not lines:
+        if self.closed or self._cut or not lines:
             return
         out = []
         for line in lines:
@@ -150,8 +151,22 @@ class IMAPServerProtocol(protocol.Protocol):
         self.transport.writeSequence(out)
 
     def write_raw(self, data: list[bytes]) -> None:
-        if not self.closed:
+        if not self.closed and not self._cut:
             self.transport.writeSequence(data)
+
+    def cut(self, reason: str) -> None:
+        """Close a connection whose output can no longer be kept in step with what it
+        announced (a literal cut short, RFC 3501 4.3): nothing more is written -- not even a
+        tagged response, which the client would read as literal octets -- and nothing more is
+        read.  The client sees the connection end inside the literal and cannot mistake what
+        it got for the whole."""
+        if self.closed or self._cut:
+            return
+        log.info("connection cut user={user} remote={remote}: {reason}",
+                 user=self.session.user, remote=getattr(self, "remote", "?"), reason=reason)
+        self._cut = True
+        self.logged_out = True
+        self.transport.loseConnection()
 
     # -- input ------------------------------------------------------------------------------
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from twisted.internet import protocol, task, threads
+from twisted.logger import Logger
 from twisted.python.threadpool import ThreadPool
 
 from mailstore import errors
@@ -11,8 +12,17 @@ from .notify import Watchers
 from .protocol import IMAPServerProtocol
 from .session import Session
 
+SWEEP_INTERVAL = 60.0
+"""Seconds between sweeps of content released by expunges whose grace period is over
+(MailStore.sweep_released; docs/decisions/0011).  Expunges sweep too: this is for a store
+that has gone quiet."""
+
+log = Logger("imap")
+
 # Domain errors become NO with a response code (RFC 5530); the text names what was wrong.
+# The first class that matches wins: Expunged is a NotFound (RFC 9051 7.1 EXPUNGEISSUED).
 _ERROR_CODES = {
+    errors.Expunged: "EXPUNGEISSUED",
     errors.NotFound: "NONEXISTENT",
     errors.AlreadyExists: "ALREADYEXISTS",
     errors.InvalidName: "CANNOT",
@@ -36,6 +46,20 @@ class IMAPServer(protocol.ServerFactory):
         self.per_user: dict[str, int] = {}
         self.watchers = Watchers(self)
         self.stopping = False
+        self._sweeper: task.LoopingCall | None = None
+
+    def start_sweeping(self, interval: float = SWEEP_INTERVAL) -> None:
+        """Now and then, delete content whose grace period after its last expunge is over."""
+        self._sweeper = task.LoopingCall(self._sweep)
+        self._sweeper.clock = self.reactor
+        self._sweeper.start(interval, now=False)
+
+    def _sweep(self):
+        d = threads.deferToThreadPool(self.reactor, self.threadpool, self.store.sweep_released)
+        # A failing backend is tried again at the next sweep; the loop must not stop.
+        d.addErrback(lambda failure: log.warn("sweep of released content failed: {error}",
+                                              error=failure.getErrorMessage()))
+        return d
 
     def buildProtocol(self, addr):
         conn = IMAPServerProtocol(self)
@@ -81,6 +105,8 @@ class IMAPServer(protocol.ServerFactory):
         pool is stopped last, so no store call is cut off halfway."""
         self.stopping = True
         self.watchers.stop()
+        if self._sweeper is not None and self._sweeper.running:
+            self._sweeper.stop()
         deadline = self.reactor.seconds() + grace
 
         def busy():

@@ -8,15 +8,26 @@ need), and each batch's responses go out in one write.  ENVELOPE, BODYSTRUCTURE 
 fields come from data prepared once at delivery; message octets are read chunk by chunk.  A
 section over ``STREAM_ABOVE`` octets is streamed: chunks are read in the thread pool and written
 as the socket drains, so serving a 50 MB message holds a few chunks, not 50 MB.
+
+A message another session expunged after this one last heard (RFC 2180 4.1): its content stays
+readable for a grace period (docs/decisions/0011), so it is served as the session still
+addresses it (4.1.1).  A slower reader finds it gone (``errors.Expunged``): the other messages
+are served and the command ends ``NO [EXPUNGEISSUED]`` (4.1.2, RFC 9051 7.1).  A streamed
+literal is never begun for content already gone (its first chunk is read before its head is
+written); content that goes while its literal is being written cuts the connection, since the
+octet count already sent can only be honoured with bytes that are not the message.
 """
 
 from __future__ import annotations
 
+import itertools
+
 from twisted.internet import defer
 
+from mailstore.errors import Expunged
 from mailstore.messages import BODY, ENVELOPE, HEADER, SUMMARY
 
-from ..context import SELECTED, Bad, command
+from ..context import SELECTED, Bad, No, command
 from ..render import BODY as NEED_BODY
 from ..render import CONTENT, bodystructure, envelope, internaldate, parse_fetch_items
 from ..render import ENVELOPE as NEED_ENVELOPE
@@ -54,7 +65,9 @@ def _columns(needs: set[str]) -> list[bytes]:
 def _render_batch(store, mailbox, batch, columns, items, set_seen, seq_of, own):
     """Read one batch and build its responses (runs in a worker thread).
 
-    Returns a list of responses, each a list of segments: bytes, or a Stream to be pulled.
+    Returns (responses, gone): responses as (sequence number, segments), each segment bytes
+    or a Stream to be pulled; ``gone`` the number of messages left out because their content
+    was released and deleted under us (expunged elsewhere: errors.Expunged).
     """
     views = store.fetch(mailbox, batch, columns)
     seen_now = set()
@@ -69,6 +82,7 @@ def _render_batch(store, mailbox, batch, columns, items, set_seen, seq_of, own):
                     view.flags = flags_by_uid[view.uid]
                     seen_now.add(view.uid)
     responses = []
+    gone = 0
     for view in views:
         seq = seq_of(view.uid)
         if seq is None:
@@ -76,6 +90,7 @@ def _render_batch(store, mailbox, batch, columns, items, set_seen, seq_of, own):
         parts: list = []
         reader = None
         wrote_flags = False
+        lost = False
         for item in items:
             kind = item.kind
             if kind == "UID":
@@ -100,15 +115,28 @@ def _render_batch(store, mailbox, batch, columns, items, set_seen, seq_of, own):
                 count, chunks = iter_section(plan, reader if plan.needs_content else None,
                                              item.partial)
                 head = item.name.encode() + b" {%d}\r\n" % count
-                if count > STREAM_ABOVE:
-                    parts.append(head)
-                    parts.append(Stream(count, chunks))
-                else:
-                    parts.append(head + b"".join(chunks))
+                try:
+                    parts += _literal(head, count, chunks)
+                except Expunged:
+                    lost = True
+                    break
+        if lost:
+            gone += 1
+            continue
         if view.uid in seen_now and not wrote_flags:
             parts.append(b"FLAGS " + flags_list(view.flags.names))
         responses.append((seq, parts))
-    return responses
+    return responses, gone
+
+
+def _literal(head: bytes, count: int, chunks) -> list:
+    """A literal's segments: its head and data as one, or over ``STREAM_ABOVE`` its head and
+    a Stream.  A Stream's first piece is read now, in this thread: content already gone is
+    found (errors.Expunged) before the head is written, while the command can still say NO."""
+    if count <= STREAM_ABOVE:
+        return [head + b"".join(chunks)]
+    first = next(chunks, None)
+    return [head, Stream(count, itertools.chain(() if first is None else (first,), chunks))]
 
 
 def _next_chunk(chunks):
@@ -134,10 +162,13 @@ def fetch_command(ctx, uid_mode: bool):
     set_seen = any(i.sets_seen for i in items) and not selected.readonly
     columns = _columns(needs)
     step = CONTENT_BATCH if CONTENT in needs else BATCH
+    gone = 0
     for start in range(0, len(uids), step):
         batch = uids[start:start + step]
-        responses = yield ctx.call(_render_batch, ctx.store, selected.mailbox, batch, columns,
-                                   items, set_seen, selected.seq_of, selected.note_own_flags)
+        responses, lost = yield ctx.call(_render_batch, ctx.store, selected.mailbox, batch,
+                                         columns, items, set_seen, selected.seq_of,
+                                         selected.note_own_flags)
+        gone += lost
         for seq, parts in responses:
             if not any(isinstance(p, Stream) for p in parts):
                 ctx.untagged(b"%d FETCH (" % seq + b" ".join(parts) + b")")
@@ -146,6 +177,9 @@ def fetch_command(ctx, uid_mode: bool):
             yield _stream(ctx, seq, parts)
         ctx.flush()
         yield ctx.conn.wait_writable()  # the client reads a batch before the next is built
+    if gone:
+        # RFC 2180 4.1.2: the rest was served; RFC 9051 7.1 names the reason.
+        raise No("Some of the requested messages no longer exist", "EXPUNGEISSUED")
 
 
 @defer.inlineCallbacks
@@ -154,7 +188,9 @@ def _stream(ctx, seq: int, parts: list):
     try:
         pending = [b"* %d FETCH (" % seq]
         for i, part in enumerate(parts):
-            if i:
+            # A Stream is the data of the literal whose head is the part before it: no
+            # separator between the two (RFC 3501 4.3: the octets follow the CRLF at once).
+            if i and not isinstance(part, Stream):
                 pending.append(b" ")
             if not isinstance(part, Stream):
                 pending.append(part)
@@ -173,11 +209,15 @@ def _stream(ctx, seq: int, parts: list):
                 yield conn.wait_writable()
         pending.append(b")\r\n")
         conn.write_raw(pending)
-    except Exception:
-        # Part of a literal is out: the stream cannot be resynchronised, so the connection
-        # goes (the client reconnects and fetches again).
-        conn.write_raw([])
-        conn.transport.loseConnection()
+    except Exception as exc:
+        # Part of a literal is out and its octet count promised: the only ways to keep the
+        # connection would be to pad the literal with octets that are not the message (which a
+        # client may store as the message) or to send fewer (and have the client read our next
+        # responses as message data).  So the connection is cut: the client sees it end inside
+        # the literal, discards it, reconnects and, told of the expunge, does not ask again.
+        # Content expunged by another session is an expected end (errors.Expunged: no
+        # traceback); anything else is still logged as a failure by the command runner.
+        conn.cut(f"FETCH literal of message {seq} cut short: {exc}")
         raise
 
 
