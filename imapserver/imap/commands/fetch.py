@@ -51,10 +51,12 @@ def _columns(needs: set[str]) -> list[bytes]:
     return columns
 
 
-def _render_batch(store, mailbox, batch, columns, items, set_seen, seq_of, own):
+def _render_batch(store, mailbox, batch, columns, items, set_seen, seq_of, own,
+                  recent=frozenset()):
     """Read one batch and build its responses (runs in a worker thread).
 
     Returns a list of responses, each a list of segments: bytes, or a Stream to be pulled.
+    ``recent``: the UIDs that are \\Recent in this session (their FLAGS say so).
     """
     views = store.fetch(mailbox, batch, columns)
     seen_now = set()
@@ -81,7 +83,7 @@ def _render_batch(store, mailbox, batch, columns, items, set_seen, seq_of, own):
             if kind == "UID":
                 parts.append(b"UID %d" % view.uid)
             elif kind == "FLAGS":
-                parts.append(b"FLAGS " + flags_list(view.flags.names))
+                parts.append(b"FLAGS " + flags_list(view.flags.names, view.uid in recent))
                 wrote_flags = True
             elif kind == "INTERNALDATE":
                 parts.append(b"INTERNALDATE " + internaldate(view.record.internal_date))
@@ -106,7 +108,7 @@ def _render_batch(store, mailbox, batch, columns, items, set_seen, seq_of, own):
                 else:
                     parts.append(head + b"".join(chunks))
         if view.uid in seen_now and not wrote_flags:
-            parts.append(b"FLAGS " + flags_list(view.flags.names))
+            parts.append(b"FLAGS " + flags_list(view.flags.names, view.uid in recent))
         responses.append((seq, parts))
     return responses
 
@@ -137,7 +139,8 @@ def fetch_command(ctx, uid_mode: bool):
     for start in range(0, len(uids), step):
         batch = uids[start:start + step]
         responses = yield ctx.call(_render_batch, ctx.store, selected.mailbox, batch, columns,
-                                   items, set_seen, selected.seq_of, selected.note_own_flags)
+                                   items, set_seen, selected.seq_of, selected.note_own_flags,
+                                   selected.recent)
         for seq, parts in responses:
             if not any(isinstance(p, Stream) for p in parts):
                 ctx.untagged(b"%d FETCH (" % seq + b" ".join(parts) + b")")
