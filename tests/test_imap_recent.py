@@ -13,6 +13,7 @@ conversation against Dovecot and compares the answers.
 from __future__ import annotations
 
 import re
+import threading
 import time
 
 import pytest
@@ -268,6 +269,49 @@ def test_two_processes_share_one_recent_watermark(tmp_path):
             assert ok(writer, "STATUS Shared (RECENT)")[0] == b"* STATUS Shared (RECENT 0)"
         finally:
             close_all(a, b, writer)
+
+
+def test_sessions_racing_on_two_processes_split_every_message_between_them(tmp_path):
+    """2.3.2 under contention: four sessions, two on each of two processes, SELECT at once and
+    then NOOP at once after each delivery.  Every message ends up \\Recent in exactly one of
+    them, and each session's RECENT count agrees with its FETCH FLAGS."""
+    data = str(tmp_path / "store")
+    make_users(data, (USER, PASSWORD))
+    with ServerProcess(data) as one, ServerProcess(data) as two:
+        writer = connect(one.port)
+        sessions = [connect(server.port) for server in (one, two, one, two)]
+        try:
+            ok(writer, "CREATE Race")
+            for n in range(4):
+                add(writer, "Race", n)
+
+            def all_at_once(command: str) -> None:
+                errors: list[BaseException] = []
+
+                def run(session: RawImap) -> None:
+                    try:
+                        ok(session, command)
+                    except BaseException as exc:  # reported below
+                        errors.append(exc)
+                threads = [threading.Thread(target=run, args=(s,)) for s in sessions]
+                for t in threads:
+                    t.start()
+                for t in threads:
+                    t.join(30)
+                assert not errors, errors
+
+            all_at_once("SELECT Race")
+            for n in range(4, 10, 2):
+                add(writer, "Race", n)
+                add(writer, "Race", n + 1)
+                all_at_once("NOOP")
+            owned = [{u for u, f in flags_of(s).items() if b"\\Recent" in f} for s in sessions]
+            assert sorted(u for got in owned for u in got) == list(range(1, 11)), owned
+            for session, got in zip(sessions, owned, strict=True):
+                assert ok(session, "STATUS Race (RECENT)")[0] == \
+                    b"* STATUS Race (RECENT %d)" % len(got)
+        finally:
+            close_all(writer, *sessions)
 
 
 # -- the same conversation with Dovecot --------------------------------------------------------
