@@ -274,7 +274,8 @@ class Mailboxes:
         check-and-put from the value it was compared with, so of concurrent claimers over any
         store connection or process exactly one wins each range.  ``guess`` is what the caller
         believes the watermark to be (the value a previous call returned, or the mailbox row's
-        as read): a right guess costs one check-and-put, a wrong one a read more per retry.
+        as read; never above what the watermark was, which only grows): a right guess costs
+        one check-and-put, a wrong one a read more per retry.
         Nothing is claimed in a mailbox that is not live (deleted meanwhile).
         """
         current, raw = guess, encode_counter(guess)
