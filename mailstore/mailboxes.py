@@ -33,6 +33,10 @@ COUNT = b"c:count"
 UNSEEN = b"c:unseen"
 SIZE = b"c:size"
 COUNTERS = (UID, VISIBLE, MODSEQ, COUNT, UNSEEN, SIZE)
+RECENT = b"c:recent"
+"""\\Recent watermark (RFC 3501 2.3.2): every UID <= it has been claimed by some session, which
+alone saw it as recent.  Moved only forward, by check-and-put (docs/decisions/0010-recent.md).
+Not one of COUNTERS: fsck has nothing to recompute it from."""
 
 LIVE, DELETING = b"live", b"deleting"
 
@@ -59,6 +63,8 @@ class Mailbox:
     messages: int = 0
     unseen: int = 0
     size: int = 0
+    recent_uid: int = 0
+    """The \\Recent watermark as of the read: UIDs above it are recent to whoever claims them."""
 
     @property
     def uidnext(self) -> int:
@@ -74,7 +80,7 @@ class Mailbox:
             last_uid=decode_counter(row.get(UID)), visible_uid=decode_counter(row.get(VISIBLE)),
             highest_modseq=decode_counter(row.get(MODSEQ)),
             messages=decode_counter(row.get(COUNT)), unseen=decode_counter(row.get(UNSEEN)),
-            size=decode_counter(row.get(SIZE)))
+            size=decode_counter(row.get(SIZE)), recent_uid=decode_counter(row.get(RECENT)))
 
 
 class Mailboxes:
@@ -154,7 +160,7 @@ class Mailboxes:
             cells[b"m:special"] = special_use.encode()
         # Counters start as explicit zeros so that check-and-put on the watermark always
         # compares bytes with bytes.
-        cells.update({c: encode_counter(0) for c in COUNTERS})
+        cells.update({c: encode_counter(0) for c in (*COUNTERS, RECENT)})
         # The mailbox row first, then the index row that makes it findable: a crash between the
         # two leaves an unreachable row that fsck removes, never an index row to nothing.
         self.rows.put(mailbox_id, cells)
@@ -256,6 +262,41 @@ class Mailboxes:
         deltas = {c: d for c, d in ((COUNT, messages), (UNSEEN, unseen), (SIZE, size)) if d}
         if deltas:
             self.rows.increment_many(mailbox_id, deltas)
+
+    def claim_recent(self, mailbox_id: bytes, up_to_uid: int, guess: int = 0
+                     ) -> tuple[int, int]:
+        """Claim the UIDs above the \\Recent watermark up to ``up_to_uid`` for the caller alone
+        (RFC 3501 2.3.2: only one session is the first to be told of a message).
+
+        Returns ``(low, high)``: the caller claimed every UID with ``low < uid <= high``, and
+        no other caller ever will; ``low == high`` when there was nothing left to claim (then
+        ``high`` is the watermark as far as this call saw it).  The watermark moves by
+        check-and-put from the value it was compared with, so of concurrent claimers over any
+        store connection or process exactly one wins each range.  ``guess`` is what the caller
+        believes the watermark to be (the value a previous call returned, or the mailbox row's
+        as read; never above what the watermark was, which only grows): a right guess costs
+        one check-and-put, a wrong one a read more per retry.
+        Nothing is claimed in a mailbox that is not live (deleted meanwhile).
+        """
+        current, raw = guess, encode_counter(guess)
+        while current < up_to_uid:
+            if self.rows.check_and_put(mailbox_id, RECENT, raw, RECENT,
+                                       encode_counter(up_to_uid)):
+                return current, up_to_uid
+            # Someone else moved it (or the guess was stale, or the cell is absent in a row
+            # written before it existed): read it and try again from there.  The compare is
+            # with the bytes as read, absent included, but an absent cell in a row that is
+            # gone must not recreate the row, hence the state.
+            row = self.rows.row(mailbox_id, [RECENT, b"m:state"])
+            if row.get(b"m:state") != LIVE:
+                return current, current
+            raw = row.get(RECENT)
+            current = decode_counter(raw)
+        return current, current
+
+    def recent_watermark(self, mailbox_id: bytes) -> int:
+        """The \\Recent watermark now (one get): UIDs above it are not claimed yet."""
+        return decode_counter(self.rows.row(mailbox_id, [RECENT]).get(RECENT))
 
     # -- subscriptions (RFC 3501 6.3.6, 6.3.7): names, which need not exist ----------------------
 

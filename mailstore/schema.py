@@ -38,9 +38,13 @@ MAILBOXES = TableDef(
         "c": "counters, 8-byte big-endian, changed only by increments (visible by check-and-put): "
              "uid (last allocated UID), visible (UID watermark readers may show), modseq, "
              "count, unseen, size; logseq (last change-log entry allocated) and logmark (the "
-             "change-log watermark, by check-and-put)",
+             "change-log watermark, by check-and-put); recent (the \\Recent watermark: the "
+             "highest UID some session has claimed as recent, by check-and-put; "
+             "docs/decisions/0010-recent.md)",
     },
-    access="get by UUID (from the name index); increments on append/flag change/expunge",
+    access="get by UUID (from the name index); increments on append/flag change/expunge; "
+           "one check-and-put of c:recent per read-write SELECT, and per refresh that finds "
+           "new messages",
 )
 
 MAILBOX_INDEX = TableDef(

@@ -367,6 +367,42 @@ class MailStore:
         no longer reaches back that far (the caller then rereads, e.g. with open_index)."""
         return self.indexes.delta(mailbox, since)
 
+    # -- \Recent (RFC 3501 2.3.2; docs/decisions/0010-recent.md) -------------------------------
+
+    def claim_recent(self, mailbox: Mailbox, up_to_uid: int, guess: int | None = None
+                     ) -> tuple[int, int]:
+        """Make the not yet claimed UIDs up to ``up_to_uid`` recent to the caller alone.
+
+        Returns ``(low, high)``: the UIDs with ``low < uid <= high`` are the caller's recent
+        messages, and no other caller -- in this process or any other sharing the store -- gets
+        any of them; ``low == high`` when someone else was first.  ``up_to_uid`` must not
+        exceed the UID watermark the caller has read (a UID not yet visible to it would be
+        claimed unseen).  ``guess`` is the watermark as the caller last saw it (by default as
+        ``mailbox`` was read): one check-and-put when right.  A read-write SELECT and each
+        refresh of a read-write session claim; EXAMINE never does (RFC 3501 6.3.2).
+        """
+        return self.mailboxes.claim_recent(
+            mailbox.id, up_to_uid, mailbox.recent_uid if guess is None else guess)
+
+    def recent_watermark(self, mailbox: Mailbox) -> int:
+        """The highest UID claimed as \\Recent so far (one get)."""
+        return self.mailboxes.recent_watermark(mailbox.id)
+
+    def unclaimed_recent(self, mailbox: Mailbox, above: int = 0) -> int:
+        """How many visible messages of ``mailbox`` (as read) no session has claimed as
+        \\Recent yet, counting only UIDs above ``above``: STATUS RECENT (RFC 3501 6.3.10).
+
+        A bounded scan of the unclaimed UIDs alone, which are few once anyone has selected
+        the mailbox; a mailbox nobody ever claimed in has every message unclaimed, and then
+        the message counter answers without a scan.
+        """
+        low = max(mailbox.recent_uid, above)
+        if low >= mailbox.visible_uid:
+            return 0
+        if low == 0:
+            return mailbox.messages
+        return sum(1 for _ in self.messages.uid_flags(mailbox.id, mailbox.visible_uid, low + 1))
+
     def newest(self, mailbox: Mailbox, count: int = 25) -> list[MessageView]:
         return self.messages.newest(mailbox.id, count)
 

@@ -103,9 +103,9 @@ def test_imapclient_folders_append_search_fetch_flags(ivy):
     assert data[1][b"RFC822.SIZE"] == len(first)
     assert data[1][b"BODY[]<0>"] == first[:40]
     assert data[2][b"BODYSTRUCTURE"][:2] == (b"text", b"plain")
-    assert data[2][b"FLAGS"] == ()
+    assert data[2][b"FLAGS"] == (b"\\Recent",)  # ivy's SELECT was the first (RFC 3501 2.3.2)
     ivy.add_flags([2], [b"\\Seen", b"$Important"])
-    assert set(ivy.get_flags([2])[2]) == {b"\\Seen", b"$Important"}
+    assert set(ivy.get_flags([2])[2]) == {b"\\Seen", b"$Important", b"\\Recent"}
     ivy.remove_flags([1], [b"\\Flagged"])
     assert ivy.search(["FLAGGED"]) == []
     full = ivy.fetch([1], ["BODY[]"])[1][b"BODY[]"]

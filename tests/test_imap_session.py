@@ -108,7 +108,8 @@ def test_select_reports_what_rfc3501_requires(client):
     lines = client.cmd("s1", "SELECT Sel")
     text = b"\n".join(lines)
     assert b"* FLAGS (\\Answered \\Flagged \\Deleted \\Seen \\Draft)" in text
-    assert b"* 2 EXISTS" in text and b"* 0 RECENT" in text
+    # 2.3.2: this is the first session to see both messages, so both are \Recent to it.
+    assert b"* 2 EXISTS" in text and b"* 2 RECENT" in text
     assert b"* OK [UNSEEN 2]" in text
     assert re.search(rb"\* OK \[UIDVALIDITY \d+\]", text)
     assert b"* OK [UIDNEXT 3]" in text
@@ -161,7 +162,8 @@ def test_status(client):
     append(client, "Stat", message(1))
     append(client, "Stat", message(2), "(\\Seen)")
     line = client.cmd("t1", "STATUS Stat (MESSAGES UNSEEN UIDNEXT RECENT)")[0]
-    assert line == b"* STATUS Stat (MESSAGES 2 UNSEEN 1 UIDNEXT 3 RECENT 0)"
+    # No session has seen either message yet: both are \Recent (2.3.2), as Dovecot says.
+    assert line == b"* STATUS Stat (MESSAGES 2 UNSEEN 1 UIDNEXT 3 RECENT 2)"
     assert client.cmd("t2", "STATUS Nope (MESSAGES)")[-1].startswith(b"t2 NO [NONEXISTENT]")
     assert client.cmd("t3", "STATUS Stat (BOGUS)")[-1].startswith(b"t3 BAD")
 
@@ -204,7 +206,8 @@ def test_store_expunge_and_other_session_sees_it_at_noop(server, client):
         append(client, "Shared", message(9))
         assert b"* 3 EXISTS" in other.cmd("o3", "NOOP")
         client.cmd("s3", "STORE 1 FLAGS.SILENT (\\Flagged)")
-        assert b"* 1 FETCH (UID 1 FLAGS (\\Flagged))" in other.cmd("o4", "NOOP")
+        # ``other`` selected first, so message 1 is \Recent to it (RFC 3501 2.3.2).
+        assert b"* 1 FETCH (UID 1 FLAGS (\\Flagged \\Recent))" in other.cmd("o4", "NOOP")
     finally:
         other.close()
 
@@ -225,10 +228,11 @@ def test_copy_move_and_uid_commands(client):
     assert lines[-1] == b"m1 OK MOVE completed"
     assert client.cmd("c2", "COPY 1 Nowhere")[-1].startswith(b"c2 NO [TRYCREATE]")
     lines = client.cmd("u1", "UID STORE 5 +FLAGS (\\Deleted)")
-    assert lines[0] == b"* 3 FETCH (UID 5 FLAGS (\\Deleted))"
+    assert lines[0] == b"* 3 FETCH (UID 5 FLAGS (\\Deleted \\Recent))"  # 2.3.2: ours
     client.cmd("u2", "STORE 1 +FLAGS (\\Deleted)")
     lines = client.cmd("u3", "UID EXPUNGE 5")
-    assert lines[:-1] == [b"* 3 EXPUNGE"]  # only UID 5, though UID 1 is \Deleted too
+    assert lines[:-1] == [b"* 3 EXPUNGE",   # only UID 5, though UID 1 is \Deleted too
+                          b"* 2 RECENT"]    # 7.3.2: one \Recent fewer (Dovecot says so too)
     lines = client.cmd("u5", "UID EXPUNGE 3")     # UID 3 is not \Deleted: nothing goes
     assert lines[-1].startswith(b"u5 OK") and not any(ln.endswith(b"EXPUNGE") for ln in lines)
     assert client.cmd("u6", "UID SEARCH ALL")[0] == b"* SEARCH 1 3"
@@ -267,6 +271,7 @@ def test_idle_pushes_changes_and_ends_only_on_done(server, client):
         start = time.monotonic()
         append(other, "Idle", message(1))
         assert client.read_line() == b"* 1 EXISTS"
+        assert client.read_line() == b"* 1 RECENT"  # RFC 3501 7.3.2: it is ours
         assert time.monotonic() - start < 1.5
     finally:
         other.close()
@@ -321,7 +326,11 @@ def test_reselecting_an_unchanged_mailbox_matches_a_fresh_read(server, client):
         append(client, "Snap", message(i), "(\\Seen)" if i == 0 else "")
     first = client.cmd("s1", "SELECT Snap")
     second = client.cmd("s2", "SELECT Snap")
-    assert first[:-1] == second[:-1]
+    # RFC 3501 2.3.2: the first SELECT took the \Recent of all three; none is left for the
+    # second (as in Dovecot).  Everything else is the same.
+    assert b"* 3 RECENT" in first and b"* 0 RECENT" in second
+    assert [ln for ln in first[:-1] if not ln.endswith(b" RECENT")] == \
+        [ln for ln in second[:-1] if not ln.endswith(b" RECENT")]
     client.cmd("s3", "STORE 2 +FLAGS (\\Seen $Later)")
     third = client.cmd("s4", "SELECT Snap")
     assert b"* OK [UNSEEN 3] First unseen" in third

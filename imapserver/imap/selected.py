@@ -14,10 +14,16 @@ change log names since its last look: work in proportion to the change, not to t
 It reports EXPUNGE for UIDs gone, EXISTS for new ones and FETCH FLAGS for the rest (except
 changes this session made and reported itself).  Only when the log no longer reaches back to
 the session's mark (it was trimmed after a long absence) does it rescan the whole mailbox.
+
+\\Recent (RFC 3501 2.3.2, docs/decisions/0010): a read-write session claims the UIDs it is the
+first to see -- at SELECT and at each refresh that finds new ones -- through the mailbox's
+\\Recent watermark, so exactly one session across all processes sees each message as recent.
+A read-only one (EXAMINE) shows those nobody has claimed yet, and claims nothing (6.3.2).
 """
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from dataclasses import dataclass, field
 
 from mailstore.index import MailboxIndex, Marks
@@ -36,12 +42,14 @@ class Changes:
 
     expunged_seqs: list[int] = field(default_factory=list)  # descending, current numbering
     exists: int | None = None
-    recent: int | None = None
+    recent: int | None = None  # the session's \Recent count, when it changed (RFC 3501 7.3.2)
     flags: list[tuple[int, int, frozenset[str], int]] = field(default_factory=list)
     # (seq, uid, flags, modseq)
+    recent_uids: set[int] = field(default_factory=set)  # those of ``flags`` that are \Recent
 
     def __bool__(self) -> bool:
-        return bool(self.expunged_seqs or self.exists is not None or self.flags)
+        return bool(self.expunged_seqs or self.exists is not None or self.recent is not None
+                    or self.flags)
 
 
 class SelectedMailbox:
@@ -53,6 +61,8 @@ class SelectedMailbox:
         self.readonly = readonly
         self.index = MailboxIndex(_ZERO)
         self.recent: set[int] = set()
+        self.recent_mark = mailbox.recent_uid  # the \Recent watermark as last seen
+        self.reported_recent = 0  # the \Recent count the client was last told
         # Flag changes this session made and already reported: uid -> their MODSEQ.
         self.own_flags: dict[int, int] = {}
 
@@ -61,9 +71,39 @@ class SelectedMailbox:
     def load(self) -> None:
         """SELECT: the mailbox's index from the store, without reading every message row."""
         self.index = self.store.open_index(self.mailbox)
-        # \Recent (RFC 3501 2.3.2) is approximated per session: messages that arrive while this
-        # session has the mailbox selected are recent to it.  No session "owns" older mail.
         self.recent = set()
+        # The mailbox row, read just before, gives the watermark: one check-and-put claims.
+        self._take_recent(0, self.mailbox.recent_uid)
+        self.reported_recent = len(self.recent)
+
+    def _take_recent(self, known: int, watermark: int | None = None) -> None:
+        """Add to ``recent`` the UIDs above ``known`` (the UID watermark before this look) up
+        to the one the index now has that this session is the first to be told of (RFC 3501
+        2.3.2).  Read-write, it claims them; read-only (EXAMINE, which MUST NOT take \\Recent
+        from anyone, 6.3.2) it shows those nobody has claimed, as Dovecot does, and claims
+        none.  ``watermark``: the \\Recent watermark if just read, else it is read."""
+        top = self.index.marks.visible
+        if top <= known:
+            return
+        if self.readonly:
+            low = self.store.recent_watermark(self.mailbox) if watermark is None else watermark
+            high = top
+        else:
+            low, high = self.store.claim_recent(
+                self.mailbox, top, self.recent_mark if watermark is None else watermark)
+            self.recent_mark = high
+        low = max(low, known)
+        if high > low:
+            uids = self.index.uids
+            self.recent.update(uids[bisect_right(uids, low):bisect_right(uids, high)])
+
+    def _recent_changes(self, changes: Changes) -> None:
+        """RFC 3501 7.3.2: a RECENT response whenever the count changed (as Dovecot sends it),
+        and \\Recent in the FETCH FLAGS of recent messages."""
+        if len(self.recent) != self.reported_recent:
+            self.reported_recent = changes.recent = len(self.recent)
+        changes.recent_uids = {uid for _seq, uid, _names, _modseq in changes.flags
+                               if uid in self.recent}
 
     # -- what commands read -------------------------------------------------------------------
 
@@ -127,6 +167,13 @@ class SelectedMailbox:
 
     def refresh(self) -> Changes:
         """Learn what changed since the last look; apply it to the sequence numbers."""
+        known = self.index.marks.visible
+        changes = self._look()
+        self._take_recent(known)
+        self._recent_changes(changes)
+        return changes
+
+    def _look(self) -> Changes:
         changes = Changes()
         delta = self.store.changes_since(self.mailbox, self.index.marks)
         if delta is None:
@@ -142,7 +189,6 @@ class SelectedMailbox:
         for uid, flags in delta.new:
             if uid > last:
                 index.add(uid, flags)
-                self.recent.add(uid)
                 last = uid
                 changes.exists = len(index.uids)
         for uid, flags in delta.changed:
@@ -172,7 +218,6 @@ class SelectedMailbox:
             fresh.add(uid, current[uid])
         for uid in sorted(u for u in current if u > last):
             fresh.add(uid, current[uid])
-            self.recent.add(uid)
             changes.exists = len(fresh.uids)
         for seq, uid in enumerate(old.uids, start=1):
             flags = current[uid]

@@ -7,8 +7,13 @@ from twisted.internet import defer
 from ..selected import Changes
 
 
-def flags_list(names) -> bytes:
-    return b"(" + " ".join(sorted(names)).encode() + b")"
+def flags_list(names, recent: bool = False) -> bytes:
+    """A FETCH FLAGS list.  ``recent``: the message is \\Recent in this session (RFC 3501
+    2.3.2), a flag of the session and never stored; it goes last, where Dovecot puts it."""
+    words = sorted(names)
+    if recent:
+        words.append("\\Recent")
+    return b"(" + " ".join(words).encode() + b")"
 
 
 def changes_lines(changes: Changes, with_uid: bool = True) -> list[bytes]:
@@ -16,8 +21,10 @@ def changes_lines(changes: Changes, with_uid: bool = True) -> list[bytes]:
     lines = [b"%d EXPUNGE" % seq for seq in changes.expunged_seqs]
     if changes.exists is not None:
         lines.append(b"%d EXISTS" % changes.exists)
+    if changes.recent is not None:
+        lines.append(b"%d RECENT" % changes.recent)
     for seq, uid, names, _modseq in changes.flags:
-        item = b"FLAGS " + flags_list(names)
+        item = b"FLAGS " + flags_list(names, uid in changes.recent_uids)
         if with_uid:
             item = b"UID %d " % uid + item
         lines.append(b"%d FETCH (%s)" % (seq, item))

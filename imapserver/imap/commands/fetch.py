@@ -62,12 +62,14 @@ def _columns(needs: set[str]) -> list[bytes]:
     return columns
 
 
-def _render_batch(store, mailbox, batch, columns, items, set_seen, seq_of, own):
+def _render_batch(store, mailbox, batch, columns, items, set_seen, seq_of, own,
+                  recent=frozenset()):
     """Read one batch and build its responses (runs in a worker thread).
 
     Returns (responses, gone): responses as (sequence number, segments), each segment bytes
     or a Stream to be pulled; ``gone`` the number of messages left out because their content
-    was released and deleted under us (expunged elsewhere: errors.Expunged).
+    was released and deleted under us (expunged elsewhere: errors.Expunged).  ``recent``:
+    the UIDs that are \\Recent in this session (their FLAGS say so).
     """
     views = store.fetch(mailbox, batch, columns)
     seen_now = set()
@@ -96,7 +98,7 @@ def _render_batch(store, mailbox, batch, columns, items, set_seen, seq_of, own):
             if kind == "UID":
                 parts.append(b"UID %d" % view.uid)
             elif kind == "FLAGS":
-                parts.append(b"FLAGS " + flags_list(view.flags.names))
+                parts.append(b"FLAGS " + flags_list(view.flags.names, view.uid in recent))
                 wrote_flags = True
             elif kind == "INTERNALDATE":
                 parts.append(b"INTERNALDATE " + internaldate(view.record.internal_date))
@@ -124,7 +126,7 @@ def _render_batch(store, mailbox, batch, columns, items, set_seen, seq_of, own):
             gone += 1
             continue
         if view.uid in seen_now and not wrote_flags:
-            parts.append(b"FLAGS " + flags_list(view.flags.names))
+            parts.append(b"FLAGS " + flags_list(view.flags.names, view.uid in recent))
         responses.append((seq, parts))
     return responses, gone
 
@@ -167,7 +169,7 @@ def fetch_command(ctx, uid_mode: bool):
         batch = uids[start:start + step]
         responses, lost = yield ctx.call(_render_batch, ctx.store, selected.mailbox, batch,
                                          columns, items, set_seen, selected.seq_of,
-                                         selected.note_own_flags)
+                                         selected.note_own_flags, selected.recent)
         gone += lost
         for seq, parts in responses:
             if not any(isinstance(p, Stream) for p in parts):

@@ -54,7 +54,7 @@ def _select(ctx, readonly: bool):
     else:
         ctx.untagged(f"OK [PERMANENTFLAGS ({flags} \\*)] Flags permitted".encode())
     ctx.untagged(b"%d EXISTS" % selected.exists)
-    ctx.untagged(b"0 RECENT")
+    ctx.untagged(b"%d RECENT" % len(selected.recent))
     if selected.first_unseen is not None:
         ctx.untagged(b"OK [UNSEEN %d] First unseen" % selected.first_unseen)
     ctx.untagged(b"OK [UIDVALIDITY %d] UIDs valid" % selected.mailbox.uidvalidity)
@@ -235,8 +235,21 @@ def _list_data(store, user: str):
     return store.list_mailboxes(user), set(store.subscriptions(user))
 
 
-def _status_line(mailbox, items: list[str]) -> bytes:
-    values = {"MESSAGES": mailbox.messages, "RECENT": 0, "UIDNEXT": mailbox.uidnext,
+def _recent(store, mailbox, selected) -> int:
+    """STATUS RECENT (RFC 3501 6.3.10): the messages that are \\Recent to this session -- its
+    own if it has the mailbox selected -- and those nobody has claimed yet, which its next
+    look would make recent to it (Dovecot answers the same).  Runs in a thread."""
+    if selected is not None and selected.mailbox.id == mailbox.id:
+        return len(selected.recent) + store.unclaimed_recent(mailbox, selected.known_visible)
+    return store.unclaimed_recent(mailbox)
+
+
+def _recent_counts(store, mailboxes, selected) -> dict[bytes, int]:
+    return {m.id: _recent(store, m, selected) for m in mailboxes}
+
+
+def _status_line(mailbox, items: list[str], recent: int = 0) -> bytes:
+    values = {"MESSAGES": mailbox.messages, "RECENT": recent, "UIDNEXT": mailbox.uidnext,
               "UIDVALIDITY": mailbox.uidvalidity, "UNSEEN": mailbox.unseen}
     body = " ".join(f"{item} {values[item]}" for item in items)
     return b"STATUS " + encode_name(mailbox.name) + b" (" + body.encode() + b")"
@@ -251,6 +264,9 @@ def list_(ctx):
         ctx.untagged(b'LIST (\\Noselect) "/" ""')
         return
     mailboxes, subscribed = yield ctx.call(_list_data, ctx.store, ctx.session.user)
+    recents = {}
+    if req.status and "RECENT" in req.status:
+        recents = yield ctx.call(_recent_counts, ctx.store, mailboxes, ctx.session.selected)
     by_name = {m.name: m for m in mailboxes}
     names = set(by_name)
     regexes = [pattern_regex(reference, p) for p in patterns if p != ""]
@@ -292,7 +308,7 @@ def list_(ctx):
             line += b' ("CHILDINFO" ("SUBSCRIBED"))'
         lines.append(line)
         if req.status and mailbox is not None:
-            lines.append(_status_line(mailbox, req.status))
+            lines.append(_status_line(mailbox, req.status, recents.get(mailbox.id, 0)))
     for line in lines:
         ctx.untagged(line)
 
@@ -320,9 +336,14 @@ def status(ctx):
     if not isinstance(ctx.args[1], list):
         raise Bad("STATUS items must be a parenthesized list")
     items = _status_items(ctx.args[1])
+    selected = ctx.session.selected
+
+    def run():
+        mailbox = ctx.store.mailbox(ctx.session.user, name)
+        return mailbox, _recent(ctx.store, mailbox, selected) if "RECENT" in items else 0
     try:
-        mailbox = yield ctx.call(ctx.store.mailbox, ctx.session.user, name)
+        mailbox, recent = yield ctx.call(run)
     except NotFound:
         raise No(f"Mailbox does not exist: {name}", "NONEXISTENT") from None
-    ctx.untagged(_status_line(mailbox, items))
+    ctx.untagged(_status_line(mailbox, items, recent))
 

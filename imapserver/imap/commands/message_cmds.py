@@ -198,7 +198,7 @@ def _store(ctx, uid_mode: bool):
         seq = selected.seq_of(view.uid)
         if seq is None:
             continue
-        item = b"FLAGS " + flags_list(view.flags.names)
+        item = b"FLAGS " + flags_list(view.flags.names, view.uid in selected.recent)
         if uid_mode:
             item = b"UID %d " % view.uid + item
         ctx.untagged(b"%d FETCH (%s)" % (seq, item))
