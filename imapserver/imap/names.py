@@ -6,7 +6,7 @@ import re
 
 import twisted.mail.imap4  # noqa: F401  (registers the "imap4-utf-7" codec)
 
-from .context import Bad
+from .context import Bad, No
 from .wire import Atom, astring
 
 DELIMITER = "/"
@@ -16,8 +16,23 @@ def decode_name(token) -> str:
     """A mailbox name argument as text.
 
     Names in modified UTF-7 are decoded strictly (a name that does not survive the round trip is
-    refused); 8-bit names are taken as UTF-8, which some clients send without UTF8=ACCEPT.
+    refused with NO, as Dovecot does: the command is well formed, RFC 3501 5.1.3 only makes
+    such a name unusable); 8-bit names are taken as UTF-8, which some clients send without
+    UTF8=ACCEPT.
     """
+    name = _decode(token)
+    if name is None:
+        raise No("Mailbox name is not valid modified UTF-7")
+    return name
+
+
+def decode_pattern(token) -> str | None:
+    """A LIST/LSUB reference or pattern argument as text; ``None`` when it is not valid
+    modified UTF-7, so that no name can match it (Dovecot answers OK with no names)."""
+    return _decode(token)
+
+
+def _decode(token) -> str | None:
     if isinstance(token, Atom):
         raw = str(token).encode("ascii")
     elif isinstance(token, bytes):
@@ -28,16 +43,16 @@ def decode_name(token) -> str:
         try:
             return raw.decode("utf-8")
         except UnicodeDecodeError:
-            raise Bad("mailbox name is neither modified UTF-7 nor UTF-8") from None
+            return None
     text = raw.decode("ascii")
     if "&" not in text:
         return text
     try:
         decoded = raw.decode("imap4-utf-7")
     except (UnicodeDecodeError, ValueError):
-        raise Bad("invalid modified UTF-7 in mailbox name") from None
+        return None
     if decoded.encode("imap4-utf-7") != raw:
-        raise Bad("invalid modified UTF-7 in mailbox name")
+        return None
     return decoded
 
 

@@ -22,7 +22,7 @@ from twisted.internet import defer
 from mailstore.errors import NotFound
 
 from ..context import AUTH, SELECTED, Bad, No, command
-from ..names import DELIMITER, decode_name, encode_name, pattern_regex
+from ..names import DELIMITER, decode_name, decode_pattern, encode_name, pattern_regex
 from ..selected import SelectedMailbox
 from ..wire import Atom
 
@@ -190,9 +190,10 @@ def _parse_list(args) -> tuple[ListRequest, str, list[str]]:
             raise Bad("RECURSIVEMATCH needs another selection option")
     if len(args) < 2:
         raise Bad("LIST takes a reference and a mailbox pattern")
-    reference = decode_name(args[0]) if args[0] != b"" else ""
+    # Names are sent in modified UTF-7: a reference or pattern that is not matches no name.
+    reference = decode_pattern(args[0]) if args[0] != b"" else ""
     patterns_arg = args[1]
-    patterns = [decode_name(p) if p != b"" else "" for p in
+    patterns = [decode_pattern(p) if p != b"" else "" for p in
                 (patterns_arg if isinstance(patterns_arg, list) else [patterns_arg])]
     rest = args[2:]
     if rest:
@@ -253,7 +254,8 @@ def list_(ctx):
     mailboxes, subscribed = yield ctx.call(_list_data, ctx.store, ctx.session.user)
     by_name = {m.name: m for m in mailboxes}
     names = set(by_name)
-    regexes = [pattern_regex(reference, p) for p in patterns if p != ""]
+    regexes = [pattern_regex(reference, p) for p in patterns
+               if p and reference is not None]
     candidates = set(names)
     if req.subscribed_only:
         candidates = set(subscribed)
@@ -301,8 +303,10 @@ def list_(ctx):
 @defer.inlineCallbacks
 def lsub(ctx):
     ctx.expect_args(2)
-    reference = decode_name(ctx.args[0]) if ctx.args[0] != b"" else ""
-    pattern = decode_name(ctx.args[1]) if ctx.args[1] != b"" else ""
+    reference = decode_pattern(ctx.args[0]) if ctx.args[0] != b"" else ""
+    pattern = decode_pattern(ctx.args[1]) if ctx.args[1] != b"" else ""
+    if reference is None or pattern is None:
+        return  # not modified UTF-7: no name matches
     mailboxes, subscribed = yield ctx.call(_list_data, ctx.store, ctx.session.user)
     regex = pattern_regex(reference, pattern)
     names = {m.name for m in mailboxes}
