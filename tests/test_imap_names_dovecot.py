@@ -165,3 +165,53 @@ def test_atoms_same_as_dovecot(ours, dovecot):
         (b"CREATE a&b[", False), (b'LIST "" a&b[*', True),
     ]
     assert_same(script, ours, dovecot)
+
+
+# -- LSUB and the parents of subscribed names (item 7) ---------------------------------------
+
+def lsub(client: RawImap, reference: bytes, pattern: bytes) -> set[tuple[bytes, bytes]]:
+    """LSUB's answer as a set of (attributes, name)."""
+    return {(b" ".join(a[1] for a in r[1]), r[3])
+            for r in map(parsed, client.command(b"LSUB %s %s" % (reference, pattern)))}
+
+
+def test_lsub_percent_shows_unsubscribed_parents(server):
+    """RFC 3501 6.3.9: "foo/bar" subscribed and "foo" not, ``LSUB "" %`` must return foo,
+    flagged \\Noselect, not foo/bar.  A subscribed parent is listed as itself, once; a pattern
+    whose ``%`` does not reach past a subscribed name's parent (no wildcard, ``*``, a ``%``
+    before the last level) adds no parents."""
+    client = connect(server)
+    try:
+        for name in (b"L7/A/x", b"L7/B", b"L7/B/deep", b"L7/C/y/z"):
+            client.command(b"CREATE " + name)
+        for name in (b"L7/A/x", b"L7/B", b"L7/B/deep", b"L7/C/y/z"):
+            client.command(b"SUBSCRIBE " + name)
+        level = {(b"\\Noselect", b"L7/A"), (b"", b"L7/B"), (b"\\Noselect", b"L7/C")}
+        assert lsub(client, b'""', b"L7/%") == level
+        assert lsub(client, b"L7/", b"%") == level
+        assert lsub(client, b'""', b"L7%") == {(b"\\Noselect", b"L7")}
+        assert lsub(client, b'""', b"L7/%/%") == {(b"", b"L7/A/x"), (b"", b"L7/B/deep"),
+                                                  (b"\\Noselect", b"L7/C/y")}
+        assert lsub(client, b'""', b"L7/*") == {(b"", b"L7/A/x"), (b"", b"L7/B"),
+                                                (b"", b"L7/B/deep"), (b"", b"L7/C/y/z")}
+        assert lsub(client, b'""', b"L7/A") == set()
+        assert lsub(client, b'""', b"L7*A") == set()
+        assert lsub(client, b'""', b"%/A") == set()
+    finally:
+        client.close()
+
+
+def test_lsub_same_as_dovecot(ours, dovecot):
+    """RFC 3501 6.3.9: LSUB answers, parents flagged \\Noselect, agree with Dovecot's for
+    patterns with ``%`` and ``*`` at every level and with a reference."""
+    script = [(b"CREATE " + n, False)
+              for n in (b"S7/a/b/c", b"S7/a/d", b"S7/e", b"S7/f", b"S7/f/g")]
+    script += [(b"SUBSCRIBE " + n, False) for n in (b"S7/a/b/c", b"S7/e", b"S7/f/g", b"S7/f")]
+    for reference, pattern in ((b'""', b"S7"), (b'""', b"S7%"), (b'""', b"S7/%"),
+                               (b'""', b"S7/%/%"), (b'""', b"S7/%/%/%"), (b'""', b"S7/*"),
+                               (b'""', b"S7/a%"), (b'""', b"S7/a/%"), (b"S7/", b"%"),
+                               (b"S7/a", b"%"), (b"S7/a/", b"*"), (b'""', b"S7/%/b"),
+                               (b'""', b"S7*b"), (b'""', b"S7/%b%"), (b'""', b"S7/a%%"),
+                               (b'""', b"s7/%")):
+        script.append((b"LSUB %s %s" % (reference, pattern), True))
+    assert_same(script, ours, dovecot)

@@ -77,3 +77,35 @@ def pattern_regex(reference: str, pattern: str) -> re.Pattern:
     if full[:5].upper() == "INBOX" and (len(full) == 5 or full[5] in (DELIMITER, "*", "%")):
         regex = "(?i:INBOX)" + "".join(out[5:])
     return re.compile("^" + regex + "$", re.DOTALL)
+
+
+def lsub_names(subscribed, reference: str, pattern: str) -> list[tuple[str, bool]]:
+    """The names LSUB answers (RFC 3501 6.3.9), each with whether it is only there as the
+    parent of subscribed names (to be flagged ``\\Noselect``).
+
+    A subscribed name is answered when it matches.  When the pattern ends with ``%``, a
+    subscribed name it does not match makes its nearest ancestor that does match answered
+    instead ("foo/bar" subscribed, "foo" not: ``LSUB "" %`` returns foo, not foo/bar); a
+    subscribed ancestor is answered as itself.  Dovecot decides the same way: only a ``%``
+    that stopped at a hierarchy delimiter lifts a name to its parent, so ``*A`` or ``%/A``
+    add no parents.
+
+    :param subscribed: the subscribed names (any iterable)
+    :return: ``(name, parent_only)`` pairs, INBOX first, then by name
+    """
+    subscribed = set(subscribed)
+    regex = pattern_regex(reference, pattern)
+    lift = (reference + pattern).endswith("%")
+    out: dict[str, bool] = {}
+    for name in subscribed:
+        if regex.match(name):
+            out[name] = False
+            continue
+        parent = name
+        while lift and DELIMITER in parent:
+            parent = parent.rsplit(DELIMITER, 1)[0]
+            if regex.match(parent):
+                if parent not in subscribed:
+                    out.setdefault(parent, True)
+                break
+    return sorted(out.items(), key=lambda item: (item[0] != "INBOX", item[0]))

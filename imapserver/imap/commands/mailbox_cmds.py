@@ -22,7 +22,7 @@ from twisted.internet import defer
 from mailstore.errors import NotFound
 
 from ..context import AUTH, SELECTED, Bad, No, command
-from ..names import DELIMITER, decode_name, decode_pattern, encode_name, pattern_regex
+from ..names import DELIMITER, decode_name, decode_pattern, encode_name, lsub_names, pattern_regex
 from ..selected import SelectedMailbox
 from ..wire import Atom
 
@@ -308,12 +308,10 @@ def lsub(ctx):
     if reference is None or pattern is None:
         return  # not modified UTF-7: no name matches
     mailboxes, subscribed = yield ctx.call(_list_data, ctx.store, ctx.session.user)
-    regex = pattern_regex(reference, pattern)
     names = {m.name for m in mailboxes}
-    for name in sorted(subscribed, key=lambda n: (n != "INBOX", n)):
-        if regex.match(name):
-            attrs = "" if name in names else "\\Noselect"
-            ctx.untagged(f"LSUB ({attrs}) \"{DELIMITER}\" ".encode() + encode_name(name))
+    for name, parent_only in lsub_names(subscribed, reference, pattern):
+        attrs = "" if name in names and not parent_only else "\\Noselect"
+        ctx.untagged(f"LSUB ({attrs}) \"{DELIMITER}\" ".encode() + encode_name(name))
 
 
 @command("STATUS", AUTH, SELECTED)
