@@ -59,6 +59,11 @@ def status(tagged: bytes) -> bytes:
     return tagged.split(b" ", 2)[1]
 
 
+def normal_extended(items: list) -> list:
+    """An mbox-list-extended list (tag, data, tag, data...) with its tags as octets."""
+    return [astring(x) if isinstance(x, tuple) else x for x in items]
+
+
 def astring(value) -> bytes:
     """An astring's octets, whether it was sent as an atom or as a string."""
     return value[1] if isinstance(value, tuple) else value
@@ -85,15 +90,20 @@ def parsed(response: bytes):
     return values
 
 
-def transcript(port: int, script: list[tuple[bytes, bool]]) -> list:
+def transcript(port: int, script: list[tuple[bytes, bool]], drop=frozenset()) -> list:
     """Play ``(command, compare_untagged)`` pairs on one connection: each command's status
-    word, and its untagged responses parsed when ``compare_untagged``."""
+    word, and its untagged responses parsed when ``compare_untagged`` (LIST/LSUB attributes
+    in ``drop`` left out, extended data items' tags as octets)."""
     client = connect(port)
     out = []
     try:
         for command, compare_untagged in script:
             untagged, tagged = client.run(command)
             responses = [parsed(r) for r in untagged] if compare_untagged else None
+            for r in responses or ():
+                if isinstance(r, list) and r[0][1].upper() in (b"LIST", b"LSUB"):
+                    r[1] = [a for a in r[1] if a[1] not in drop]
+                    r[4:] = [normal_extended(e) for e in r[4:]]
             if responses and command.split()[0].upper() in (b"LIST", b"LSUB"):
                 responses.sort(key=repr)  # RFC 3501 6.3.8 prescribes no order
             out.append((command, status(tagged), responses))
@@ -102,8 +112,9 @@ def transcript(port: int, script: list[tuple[bytes, bool]]) -> list:
     return out
 
 
-def assert_same(script, ours_port, dovecot_port) -> None:
-    mine, theirs = transcript(ours_port, script), transcript(dovecot_port, script)
+def assert_same(script, ours_port, dovecot_port, drop=frozenset()) -> None:
+    mine = transcript(ours_port, script, drop)
+    theirs = transcript(dovecot_port, script, drop)
     for got, want in zip(mine, theirs, strict=True):
         assert got == want, f"\n  ours:    {got}\n  dovecot: {want}"
 
@@ -215,3 +226,74 @@ def test_lsub_same_as_dovecot(ours, dovecot):
                                (b'""', b"s7/%")):
         script.append((b"LSUB %s %s" % (reference, pattern), True))
     assert_same(script, ours, dovecot)
+
+
+# -- LIST (SUBSCRIBED RECURSIVEMATCH) with several patterns (item 8) -------------------------
+
+CHILD_ATTRS = {b"\\HasChildren", b"\\HasNoChildren"}
+"""Left out of comparisons: RFC 5258 section 4 lets a server send them unasked, and ours does."""
+
+
+def recursive_list(client: RawImap, patterns: bytes) -> dict[bytes, tuple]:
+    """``LIST (SUBSCRIBED RECURSIVEMATCH) "" patterns``: {name: (attributes, extended data)}."""
+    out = {}
+    for r in map(parsed, client.command(b'LIST (SUBSCRIBED RECURSIVEMATCH) "" ' + patterns)):
+        attrs = {a[1] for a in r[1]} - CHILD_ATTRS
+        out[r[3]] = (b" ".join(sorted(attrs)), r[4:])
+    return out
+
+
+CHILDINFO = [[b"CHILDINFO", [b"SUBSCRIBED"]]]
+"""``("CHILDINFO" ("SUBSCRIBED"))`` as parsed (Dovecot sends the tag as an atom, we quote it)."""
+
+
+def test_recursivematch_childinfo_only_for_unanswered_children(server):
+    """RFC 5258 sections 3.5 and 4 (example 9): CHILDINFO ("SUBSCRIBED") tells that a
+    subscribed descendant is not answered itself.  With several patterns, a parent whose
+    subscribed children match one of the patterns is not listed for them; the nearest parent
+    that does match a pattern carries it; a subscribed mailbox with subscribed children has
+    it too (eps2 in the example)."""
+    client = connect(server)
+    try:
+        # Parents created too: Dovecot's maildir does not create them (RFC 3501 6.3.3 SHOULD)
+        for name in (b"R8/F", b"R8/F/B", b"R8/F/B/c", b"R8/G", b"R8/G/h", b"R8/H", b"R8/H/i",
+                     b"R8/K"):
+            client.command(b"CREATE " + name)
+        for name in (b"R8/F/B/c", b"R8/G/h", b"R8/H", b"R8/H/i"):
+            client.command(b"SUBSCRIBE " + name)
+
+        def listed(patterns: bytes) -> dict[bytes, tuple]:
+            return {name: (attrs, [normal_extended(e) for e in extended])
+                    for name, (attrs, extended) in recursive_list(client, patterns).items()}
+        sub, parent = (b"\\Subscribed", []), (b"", CHILDINFO)
+        assert listed(b"(R8/G R8/G/h)") == {b"R8/G/h": sub}
+        assert listed(b"(R8/G/h R8/G)") == {b"R8/G/h": sub}
+        assert listed(b"(R8/F R8/F/*)") == {b"R8/F/B/c": sub}
+        assert listed(b"(R8/F R8/F/%)") == {b"R8/F/B": parent}
+        assert listed(b"(R8/F R8/F/B)") == {b"R8/F/B": parent}
+        assert listed(b"R8/%") == {b"R8/F": parent, b"R8/G": parent,
+                                   b"R8/H": (b"\\Subscribed", CHILDINFO)}
+        assert listed(b"(R8/H R8/H/i)") == {b"R8/H": (b"\\Subscribed", CHILDINFO),
+                                            b"R8/H/i": sub}
+    finally:
+        client.close()
+
+
+def test_recursivematch_same_as_dovecot(ours, dovecot):
+    """RFC 5258 sections 3.5 and 4: LIST (SUBSCRIBED RECURSIVEMATCH) with one and several
+    patterns over a few layouts answers the same names, \\Subscribed and CHILDINFO as
+    Dovecot (RFC 5258 example 9's layout among them)."""
+    # Parents first: our store creates them with the child, Dovecot's maildir does not.
+    script = [(b"CREATE " + n, False) for n in (
+        b"X8/qux2", b"X8/a", b"X8/a/b", b"X8/a/b/c", b"X8/foo2", b"X8/foo2/bar1",
+        b"X8/foo2/bar2", b"X8/baz2", b"X8/baz2/bar2", b"X8/baz2/bar22", b"X8/baz2/bar222",
+        b"X8/eps2", b"X8/eps2/mamba", b"X8/qux2/bar2", b"X8/a/b/c/d", b"X8/a/e")]
+    script += [(b"SUBSCRIBE " + n, False) for n in (
+        b"X8/foo2/bar1", b"X8/foo2/bar2", b"X8/baz2/bar2", b"X8/baz2/bar22",
+        b"X8/baz2/bar222", b"X8/eps2", b"X8/eps2/mamba", b"X8/qux2/bar2", b"X8/a/b/c/d")]
+    for patterns in (b"X8/*2", b"X8/%", b"X8/*", b"(X8/% X8/*2)", b"(X8/baz2 X8/baz2/%)",
+                     b"(X8/foo2 X8/foo2/bar2)", b"(X8/eps2 X8/eps2/%)", b"(X8/a X8/a/b)",
+                     b"(X8/a/b/% X8/a)", b"(X8/a/% X8/a/b/c/d)", b"(X8/%/% X8/%)",
+                     b"(X8/a/b X8/a/b/c X8/a)", b"(X8/nothing X8/q%)"):
+        script.append((b'LIST (SUBSCRIBED RECURSIVEMATCH) "" ' + patterns, True))
+    assert_same(script, ours, dovecot, drop=CHILD_ATTRS)

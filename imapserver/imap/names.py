@@ -101,11 +101,36 @@ def lsub_names(subscribed, reference: str, pattern: str) -> list[tuple[str, bool
         if regex.match(name):
             out[name] = False
             continue
-        parent = name
-        while lift and DELIMITER in parent:
-            parent = parent.rsplit(DELIMITER, 1)[0]
-            if regex.match(parent):
-                if parent not in subscribed:
-                    out.setdefault(parent, True)
-                break
+        parent = nearest_matching_ancestor(name, [regex]) if lift else None
+        if parent is not None and parent not in subscribed:
+            out.setdefault(parent, True)
     return sorted(out.items(), key=lambda item: (item[0] != "INBOX", item[0]))
+
+
+def nearest_matching_ancestor(name: str, regexes) -> str | None:
+    """The closest ancestor of ``name`` (``a/b`` for ``a/b/c``, then ``a``) that one of the
+    compiled patterns matches, or None."""
+    parent = name
+    while DELIMITER in parent:
+        parent = parent.rsplit(DELIMITER, 1)[0]
+        if any(r.match(parent) for r in regexes):
+            return parent
+    return None
+
+
+def recursive_match_parents(subscribed, regexes) -> set[str]:
+    """The names LIST (SUBSCRIBED RECURSIVEMATCH) answers with ``CHILDINFO ("SUBSCRIBED")``
+    because of a subscribed descendant that is not answered itself (RFC 5258 sections 3.5 and
+    4, example 9: ``baz2`` is left out when all its subscribed children match ``*2``).
+
+    Each subscribed name that matches none of the patterns makes its nearest matching ancestor
+    answered -- only the nearest, as Dovecot does: with ``("F" "F/B")`` and ``F/B/c``
+    subscribed, ``F/B`` carries the CHILDINFO and ``F`` is not listed.
+    """
+    out = set()
+    for name in subscribed:
+        if not any(r.match(name) for r in regexes):
+            parent = nearest_matching_ancestor(name, regexes)
+            if parent is not None:
+                out.add(parent)
+    return out

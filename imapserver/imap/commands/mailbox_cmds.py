@@ -22,7 +22,15 @@ from twisted.internet import defer
 from mailstore.errors import NotFound
 
 from ..context import AUTH, SELECTED, Bad, No, command
-from ..names import DELIMITER, decode_name, decode_pattern, encode_name, lsub_names, pattern_regex
+from ..names import (
+    DELIMITER,
+    decode_name,
+    decode_pattern,
+    encode_name,
+    lsub_names,
+    pattern_regex,
+    recursive_match_parents,
+)
 from ..selected import SelectedMailbox
 from ..wire import Atom
 
@@ -262,6 +270,8 @@ def list_(ctx):
     # Parents implied by existing names answer % patterns as \Noselect (RFC 3501 6.3.8).
     implied = {DELIMITER.join(n.split(DELIMITER)[:i]) for n in candidates
                for i in range(1, n.count(DELIMITER) + 1)}
+    # RFC 5258 3.5: with RECURSIVEMATCH only parents of subscribed names left unanswered.
+    lifted = recursive_match_parents(subscribed, regexes) if req.recursive else set()
     lines = []
     for name in sorted(candidates | implied, key=lambda n: (n != "INBOX", n)):
         if not any(r.match(name) for r in regexes):
@@ -273,7 +283,7 @@ def list_(ctx):
         exists = mailbox is not None
         has_children = any(n.startswith(name + DELIMITER) for n in names)
         if name not in candidates:  # an implied parent
-            if req.subscribed_only and not req.recursive:
+            if req.subscribed_only and name not in lifted:
                 continue
             if req.subscribed_only:
                 attrs.append("\\NonExistent" if not exists else "")
@@ -289,7 +299,9 @@ def list_(ctx):
             attrs.append(mailbox.special_use)
         attr_text = " ".join(a for a in attrs if a)
         line = f"LIST ({attr_text}) \"{DELIMITER}\" ".encode() + encode_name(name)
-        if req.recursive and name not in subscribed and any(
+        # RFC 5258 4, example 9 (eps2): a subscribed mailbox with subscribed descendants
+        # has CHILDINFO too, whether or not they are answered themselves (as in Dovecot).
+        if name in lifted or req.recursive and name in subscribed and any(
                 s.startswith(name + DELIMITER) for s in subscribed):
             line += b' ("CHILDINFO" ("SUBSCRIBED"))'
         lines.append(line)
