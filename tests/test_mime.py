@@ -757,3 +757,20 @@ def test_mutated_messages_never_raise(tree, data):
     cuts = data.draw(st.lists(st.integers(0, len(msg)), max_size=8))
     assert feed_split(msg, cuts) == info
 
+
+
+def test_repeated_address_fields_are_merged():
+    """RFC 3501 7.4.2 / RFC 5322 3.6: a message with several To:/Cc:/Bcc:/From:/Sender:/
+    Reply-To: lines (each allowed once) lists the addresses of all of them, in order, so that
+    no recipient is lost from ENVELOPE (Dovecot does the same); other fields keep the first."""
+    info = parse_bytes(b"From: f@x\r\nCc: a@x\r\nTo: t1@x\r\nCC: b@x, grp: g@x;\r\n"
+                       b"Subject: one\r\nSubject: two\r\ncc: c@x\r\nTO: t2@x\r\nFrom: \r\n"
+                       b"Bcc: \r\nReply-To: r@x\r\nreply-to: s@x\r\n\r\nbody\r\n")
+    env = info.envelope
+    assert env.cc == [(None, None, "a", "x"), (None, None, "b", "x"),
+                      (None, None, "grp", None), (None, None, "g", "x"), GROUP_END,
+                      (None, None, "c", "x")]
+    assert env.to == [(None, None, "t1", "x"), (None, None, "t2", "x")]
+    assert env.from_ == env.sender == [(None, None, "f", "x")]
+    assert env.reply_to == [(None, None, "r", "x"), (None, None, "s", "x")]
+    assert env.bcc is None and env.subject == "one"
