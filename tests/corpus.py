@@ -532,6 +532,7 @@ From: <user-from (comment)@ (comment) domain.org>
 To: Joe Q (the man) <joe (c1).q @ (c2) example
  .com>, (lead) plain@example.com (trail)
 Cc: "Quoted (not a comment)" <q@example.com> (real comment)
+Bcc: (only a comment) bare@example.com, (before) local (inside) @ x.test (after)
 Subject: comments in addresses
 
 body

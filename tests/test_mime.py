@@ -774,3 +774,15 @@ def test_repeated_address_fields_are_merged():
     assert env.from_ == env.sender == [(None, None, "f", "x")]
     assert env.reply_to == [(None, None, "r", "x"), (None, None, "s", "x")]
     assert env.bcc is None and env.subject == "one"
+
+
+@pytest.mark.parametrize("value, expected", [
+    ("(only a comment) bare@example.com", [(None, None, "bare", "example.com")]),
+    ("(lead) plain@example.com (trail)", [("trail", None, "plain", "example.com")]),
+    ("(before) local (inside) @ x.test", [("inside", None, "local", "x.test")]),
+    ("(note) lonely", [(None, None, "lonely", "")]),
+])
+def test_a_comment_before_an_address_is_not_its_name(value, expected):
+    """RFC 5322 3.4: the old ``addr-spec (Name)`` style names an address by a comment in or
+    after it; a comment before the address is only a comment (Dovecot reads it so too)."""
+    assert parse_address_list(value) == expected
