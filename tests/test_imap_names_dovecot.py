@@ -161,6 +161,26 @@ def test_brackets_name_mailboxes(server):
         client.close()
 
 
+def test_keywords_stay_atoms(server):
+    """RFC 3501 section 9: flag-keyword is an atom, so ``]`` (which the tokenizer now lets
+    through, for astrings), ``%`` and ``*`` make STORE and APPEND fail with NO [CANNOT], as in
+    Dovecot; ``[`` is an ATOM-CHAR and makes a valid keyword."""
+    client = connect(server)
+    try:
+        client.command(b"CREATE k5")
+        client.command(b"APPEND k5", b"Subject: k\r\n\r\nbody\r\n")
+        client.command(b"SELECT k5")
+        for keyword in (b"a]b", b"a%b", b"a*b"):
+            untagged, tagged = client.run(b"STORE 1 +FLAGS (%s)" % keyword)
+            assert tagged.split(b" ", 3)[1:3] == [b"NO", b"[CANNOT]"], (keyword, tagged)
+            untagged, tagged = client.run(b"APPEND k5 (%s) {1+}\r\nx" % keyword)
+            assert tagged.split(b" ", 3)[1:3] == [b"NO", b"[CANNOT]"], (keyword, tagged)
+        untagged, tagged = client.run(b"STORE 1 +FLAGS (a[b)")
+        assert status(tagged) == b"OK" and any(b"a[b" in r for r in untagged), untagged
+    finally:
+        client.close()
+
+
 def test_atoms_same_as_dovecot(ours, dovecot):
     """RFC 3501 section 9 (atom, ASTRING-CHAR, fetch-att): the same commands with ``[`` and
     ``]`` in atoms get the same answers from both servers."""
