@@ -497,3 +497,43 @@ Subject: a message that is all header, without the blank line
 sample("nul-octet",
        b"From: nul@example.com\r\nSubject: a NUL in the body\r\n\r\nbefore\x00after\r\n",
        "1", "TEXT", partials=((30, 30),))
+
+# RFC 5322 3.6 allows each of these once; a message with several To:/Cc:/Bcc: lines still
+# reaches every recipient, and ENVELOPE lists them all (as Dovecot does).
+sample("repeated-address-fields", crlf("""\
+Date: Mon, 2 Feb 2026 10:00:00 +0000
+Date: Tue, 3 Feb 2026 10:00:00 +0000
+From: first@example.com
+FROM: "Second, From" <second@example.com>
+Sender: s1@example.com
+sender: s2@example.com
+Reply-To: r1@example.com
+REPLY-TO: r2@example.com
+To: a@example.com, B <b@example.com>
+TO: grp: c@example.com, d@example.com;
+to: e@example.com
+Cc: a@x.test
+CC: b@x.test
+cc: c@x.test
+Bcc: bcc1@example.com
+BCC: bcc2@example.com
+Subject: first subject
+Subject: second subject
+Message-ID: <first@example.com>
+Message-ID: <second@example.com>
+In-Reply-To: <irt1@example.com>
+In-Reply-To: <irt2@example.com>
+
+body
+"""), "1", fields=("to", "cc", "bcc"))
+
+sample("address-comments", crlf("""\
+From: <user-from (comment)@ (comment) domain.org>
+To: Joe Q (the man) <joe (c1).q @ (c2) example
+ .com>, (lead) plain@example.com (trail)
+Cc: "Quoted (not a comment)" <q@example.com> (real comment)
+Bcc: (only a comment) bare@example.com, (before) local (inside) @ x.test (after)
+Subject: comments in addresses
+
+body
+"""), "1", fields=("from", "to"))

@@ -618,3 +618,14 @@ def test_fetch_item_is_a_value():
     """Items are immutable values the command layer can share and compare."""
     assert parse_fetch_item("flags") == FetchItem("FLAGS", "FLAGS")
     assert parse_fetch_item("BODY.PEEK[1]") == parse_fetch_item("body.peek[1]")
+
+
+def test_brackets_outside_a_section_are_atom_characters():
+    """RFC 3501 section 9: ``[`` is an ATOM-CHAR and ``]`` an ASTRING-CHAR; only after a
+    fetch-att name (``BODY``, ``BODY.PEEK``, ``BINARY``...) does ``[`` open a section that
+    holds spaces and lists.  A section owner without a closing ``]`` is a plain atom too."""
+    assert tokenize([b"a SELECT x[y"]) == ["a", "SELECT", "x[y"]
+    assert tokenize([b'a LIST "" x[%* ]z'])[2:] == [b"", "x[%*", "]z"]
+    assert tokenize([b"a SELECT body[ x"])[2:] == ["body[", "x"]
+    assert tokenize([b"a FETCH 1 (x[ BODY.PEEK[HEADER.FIELDS (A B)]<0.5> binary[1 2])"])[3] == [
+        "x[", "BODY.PEEK[HEADER.FIELDS (A B)]<0.5>", "binary[1 2]"]

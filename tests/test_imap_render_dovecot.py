@@ -148,6 +148,13 @@ KNOWN_DIFFERENCES = {
                 b' NIL NIL NIL NIL) 1 NIL', b' NIL NIL NIL NIL) 0 NIL')),
             (b"BODY[1]", drop_final_crlf),
             (b"BODY[1.HEADER]", lambda v: b"{0}\r\n"))},
+    ("repeated-address-fields", b"ENVELOPE"): (
+        "Repeated address fields are merged as in Dovecot, but of a repeated Date, Subject, "
+        "In-Reply-To or Message-ID we keep the first (the Date SENTON reads), Dovecot the last.",
+        lambda v: v.replace(b'"Tue, 3 Feb', b'"Mon, 2 Feb').replace(
+            b'"second subject"', b'"first subject"').replace(
+            b'"<irt2@example.com>" "<second@example.com>"',
+            b'"<irt1@example.com>" "<first@example.com>"')),
     ("header-only", b"BODY[HEADER.FIELDS (SUBJECT)]"): (
         "RFC 3501 section 6.4.5: the blank line is included in header fetches 'except in the "
         "case of a message which has no body and no blank line'; Dovecot adds one anyway for "

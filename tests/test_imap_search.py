@@ -627,3 +627,37 @@ def test_flag_searches_from_the_session_index_equal_reading_the_rows(store):
         got = evaluate(program, counting, box, uids, recent, flag_sets=session.flag_sets())
         assert got == expected, text
         assert counting.fetches == [] and counting.scans == [], text
+
+
+# -- FROM/TO/CC/BCC on parsed addresses (RFC 3501 6.4.4) ----------------------------------------
+
+COMMENTED = (
+    b"From: <user-from (comment)@ (comment) domain.org>\r\n"
+    b"To: Joe <joe (c1) . q @ (c2) example\r\n .com>\r\nCc: a@x\r\n"
+    b"CC: grp: m1@a.b, m2@c.d;\r\nBcc: \"Smith, J\" (boss) <js@ex.com>\r\n"
+    b"Reply-To: r@x\r\nSubject: commented\r\n\r\nbody\r\n")
+ADDRESS_SEARCHES = [
+    (b"FROM user-from@domain.org", [1]), (b'FROM "<user-from@domain.org>"', [1]),
+    (b"FROM USER-FROM@DOMAIN.ORG", [1]), (b"TO joe.q@example.com", [1]),
+    (b'TO "Joe <joe.q@example.com>"', [1]), (b"CC m2@c.d", [1]), (b'CC "grp: <m1@a.b>"', [1]),
+    (b"CC a@x", [1]), (b"BCC js@ex.com", [1]), (b'BCC "\\"Smith, J\\" <js@ex.com>"', [1]),
+    (b"NOT FROM user-from@domain.org", [2]), (b"FROM other@domain.org", []),
+    # As written, too (Dovecot only looks at the parsed form: see search_eval).
+    (b"FROM comment", [1]), (b"BCC boss", [1]),
+    # HEADER stays the text as written, as in Dovecot.
+    (b"HEADER FROM user-from@domain.org", []), (b"HEADER FROM comment", [1]),
+]
+
+
+def test_address_keys_match_parsed_addresses(store):
+    """RFC 3501 6.4.4: FROM/TO/CC/BCC look in "the envelope structure's" address field, so an
+    address written with RFC 5322 comments and folding (``<user (c)@ (c) domain.org>``) is
+    found by its ``mailbox@host``; every field of the name counts (two Cc lines), groups and
+    display names come out as Dovecot writes them, and the text as written still matches."""
+    user = store.create_user("alice", "pw")
+    store.append(user, "INBOX", COMMENTED)
+    store.append(user, "INBOX", message(2))
+    box = store.mailbox(user, "INBOX")
+    for criteria, expected in ADDRESS_SEARCHES:
+        assert evaluate(parse(criteria), store, box, store.uids(box), set()) == expected, \
+            criteria

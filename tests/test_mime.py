@@ -757,3 +757,32 @@ def test_mutated_messages_never_raise(tree, data):
     cuts = data.draw(st.lists(st.integers(0, len(msg)), max_size=8))
     assert feed_split(msg, cuts) == info
 
+
+
+def test_repeated_address_fields_are_merged():
+    """RFC 3501 7.4.2 / RFC 5322 3.6: a message with several To:/Cc:/Bcc:/From:/Sender:/
+    Reply-To: lines (each allowed once) lists the addresses of all of them, in order, so that
+    no recipient is lost from ENVELOPE (Dovecot does the same); other fields keep the first."""
+    info = parse_bytes(b"From: f@x\r\nCc: a@x\r\nTo: t1@x\r\nCC: b@x, grp: g@x;\r\n"
+                       b"Subject: one\r\nSubject: two\r\ncc: c@x\r\nTO: t2@x\r\nFrom: \r\n"
+                       b"Bcc: \r\nReply-To: r@x\r\nreply-to: s@x\r\n\r\nbody\r\n")
+    env = info.envelope
+    assert env.cc == [(None, None, "a", "x"), (None, None, "b", "x"),
+                      (None, None, "grp", None), (None, None, "g", "x"), GROUP_END,
+                      (None, None, "c", "x")]
+    assert env.to == [(None, None, "t1", "x"), (None, None, "t2", "x")]
+    assert env.from_ == env.sender == [(None, None, "f", "x")]
+    assert env.reply_to == [(None, None, "r", "x"), (None, None, "s", "x")]
+    assert env.bcc is None and env.subject == "one"
+
+
+@pytest.mark.parametrize("value, expected", [
+    ("(only a comment) bare@example.com", [(None, None, "bare", "example.com")]),
+    ("(lead) plain@example.com (trail)", [("trail", None, "plain", "example.com")]),
+    ("(before) local (inside) @ x.test", [("inside", None, "local", "x.test")]),
+    ("(note) lonely", [(None, None, "lonely", "")]),
+])
+def test_a_comment_before_an_address_is_not_its_name(value, expected):
+    """RFC 5322 3.4: the old ``addr-spec (Name)`` style names an address by a comment in or
+    after it; a comment before the address is only a comment (Dovecot reads it so too)."""
+    assert parse_address_list(value) == expected

@@ -6,7 +6,7 @@ import re
 
 import twisted.mail.imap4  # noqa: F401  (registers the "imap4-utf-7" codec)
 
-from .context import Bad
+from .context import Bad, No
 from .wire import Atom, astring
 
 DELIMITER = "/"
@@ -16,8 +16,23 @@ def decode_name(token) -> str:
     """A mailbox name argument as text.
 
     Names in modified UTF-7 are decoded strictly (a name that does not survive the round trip is
-    refused); 8-bit names are taken as UTF-8, which some clients send without UTF8=ACCEPT.
+    refused with NO, as Dovecot does: the command is well formed, RFC 3501 5.1.3 only makes
+    such a name unusable); 8-bit names are taken as UTF-8, which some clients send without
+    UTF8=ACCEPT.
     """
+    name = _decode(token)
+    if name is None:
+        raise No("Mailbox name is not valid modified UTF-7")
+    return name
+
+
+def decode_pattern(token) -> str | None:
+    """A LIST/LSUB reference or pattern argument as text; ``None`` when it is not valid
+    modified UTF-7, so that no name can match it (Dovecot answers OK with no names)."""
+    return _decode(token)
+
+
+def _decode(token) -> str | None:
     if isinstance(token, Atom):
         raw = str(token).encode("ascii")
     elif isinstance(token, bytes):
@@ -28,16 +43,16 @@ def decode_name(token) -> str:
         try:
             return raw.decode("utf-8")
         except UnicodeDecodeError:
-            raise Bad("mailbox name is neither modified UTF-7 nor UTF-8") from None
+            return None
     text = raw.decode("ascii")
     if "&" not in text:
         return text
     try:
         decoded = raw.decode("imap4-utf-7")
     except (UnicodeDecodeError, ValueError):
-        raise Bad("invalid modified UTF-7 in mailbox name") from None
+        return None
     if decoded.encode("imap4-utf-7") != raw:
-        raise Bad("invalid modified UTF-7 in mailbox name")
+        return None
     return decoded
 
 
@@ -62,3 +77,60 @@ def pattern_regex(reference: str, pattern: str) -> re.Pattern:
     if full[:5].upper() == "INBOX" and (len(full) == 5 or full[5] in (DELIMITER, "*", "%")):
         regex = "(?i:INBOX)" + "".join(out[5:])
     return re.compile("^" + regex + "$", re.DOTALL)
+
+
+def lsub_names(subscribed, reference: str, pattern: str) -> list[tuple[str, bool]]:
+    """The names LSUB answers (RFC 3501 6.3.9), each with whether it is only there as the
+    parent of subscribed names (to be flagged ``\\Noselect``).
+
+    A subscribed name is answered when it matches.  When the pattern ends with ``%``, a
+    subscribed name it does not match makes its nearest ancestor that does match answered
+    instead ("foo/bar" subscribed, "foo" not: ``LSUB "" %`` returns foo, not foo/bar); a
+    subscribed ancestor is answered as itself.  Dovecot decides the same way: only a ``%``
+    that stopped at a hierarchy delimiter lifts a name to its parent, so ``*A`` or ``%/A``
+    add no parents.
+
+    :param subscribed: the subscribed names (any iterable)
+    :return: ``(name, parent_only)`` pairs, INBOX first, then by name
+    """
+    subscribed = set(subscribed)
+    regex = pattern_regex(reference, pattern)
+    lift = (reference + pattern).endswith("%")
+    out: dict[str, bool] = {}
+    for name in subscribed:
+        if regex.match(name):
+            out[name] = False
+            continue
+        parent = nearest_matching_ancestor(name, [regex]) if lift else None
+        if parent is not None and parent not in subscribed:
+            out.setdefault(parent, True)
+    return sorted(out.items(), key=lambda item: (item[0] != "INBOX", item[0]))
+
+
+def nearest_matching_ancestor(name: str, regexes) -> str | None:
+    """The closest ancestor of ``name`` (``a/b`` for ``a/b/c``, then ``a``) that one of the
+    compiled patterns matches, or None."""
+    parent = name
+    while DELIMITER in parent:
+        parent = parent.rsplit(DELIMITER, 1)[0]
+        if any(r.match(parent) for r in regexes):
+            return parent
+    return None
+
+
+def recursive_match_parents(subscribed, regexes) -> set[str]:
+    """The names LIST (SUBSCRIBED RECURSIVEMATCH) answers with ``CHILDINFO ("SUBSCRIBED")``
+    because of a subscribed descendant that is not answered itself (RFC 5258 sections 3.5 and
+    4, example 9: ``baz2`` is left out when all its subscribed children match ``*2``).
+
+    Each subscribed name that matches none of the patterns makes its nearest matching ancestor
+    answered -- only the nearest, as Dovecot does: with ``("F" "F/B")`` and ``F/B/c``
+    subscribed, ``F/B`` carries the CHILDINFO and ``F`` is not listed.
+    """
+    out = set()
+    for name in subscribed:
+        if not any(r.match(name) for r in regexes):
+            parent = nearest_matching_ancestor(name, regexes)
+            if parent is not None:
+                out.add(parent)
+    return out

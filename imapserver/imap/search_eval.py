@@ -8,7 +8,12 @@ Semantics (RFC 3501 6.4.4), where the RFC leaves a choice:
   message without a readable Date: field matches none of them (Dovecot takes it as 1970).
 * FROM/TO/CC/BCC/SUBJECT/HEADER look in the decoded values of every field of that name (see
   :mod:`.search_text`), address fields included as written (``"Name" <addr>``).  An empty
-  string matches messages that have the field.
+  string matches messages that have the field.  FROM/TO/CC/BCC (RFC 3501 6.4.4: "the envelope
+  structure's FROM field") also look in the parsed addresses written out again without
+  comments and folding (:func:`.search_text.address_text`, Dovecot's form ``"Name"
+  <local@domain>, group: <a@b>;``), so ``<user (comment)@ (comment) domain.org>`` is found
+  by ``FROM user@domain.org``.  Dovecot looks only there; we keep the text as written as
+  well, so ``FROM comment`` still finds it (a superset, as a substring search may be).
 * BODY looks in the decoded ``text/*`` and ``message/*`` leaf parts, TEXT in those and in
   every header block: the message's, each part's MIME header, and those of attached
   messages.  Other parts (images, ``application/*``), preambles and epilogues are not searched,
@@ -57,7 +62,7 @@ from .search_parse import (
     SizeKey,
     walk,
 )
-from .search_text import PartDecoder, StreamMatcher, decode_bytes, decode_field
+from .search_text import PartDecoder, StreamMatcher, address_text, decode_bytes, decode_field
 
 _FLAG_ONLY = (AllKey, AndKey, FlagKey, NotKey, OrKey, RecentKey, SequenceKey)
 BATCH_SIZE = 500
@@ -263,7 +268,8 @@ def _candidates(key: Key, uids: list[int]) -> list[int]:
 class _Message:
     """What is known of one candidate so far; ``None`` members are not loaded yet."""
 
-    __slots__ = ("uid", "view", "header", "content", "_fields", "_values", "_flags")
+    __slots__ = ("uid", "view", "header", "content", "_fields", "_values", "_addresses",
+                 "_flags")
 
     def __init__(self, uid: int):
         self.uid = uid
@@ -272,6 +278,7 @@ class _Message:
         self.content: set[ContentKey] | None = None  # the content keys found
         self._fields: dict[str, list[bytes]] | None = None
         self._values: dict[str, list[str]] = {}
+        self._addresses: dict[str, list[str]] = {}
         self._flags: frozenset[str] | None = None
 
     def flags(self) -> frozenset[str]:
@@ -293,6 +300,15 @@ class _Message:
         if values is None:
             values = self._values[name] = [decode_field(raw).casefold()
                                            for raw in self.fields(name)]
+        return values
+
+    def addresses(self, name: str) -> list[str]:
+        """:meth:`values` and, for each field, its addresses as :func:`address_text` writes
+        them (case-folded)."""
+        values = self._addresses.get(name)
+        if values is None:
+            values = self._addresses[name] = self.values(name) + [
+                address_text(raw).casefold() for raw in self.fields(name)]
         return values
 
     def sent_day(self) -> int | None:
@@ -369,6 +385,9 @@ def _compile(key: Key, uids: list[int], recent: set[int]) -> Test:
         field, needle = key.field, key.needle
         if not needle:
             return lambda m: None if m.header is None else bool(m.fields(field))
+        if key.addresses:
+            return lambda m: (None if m.header is None
+                              else any(needle in value for value in m.addresses(field)))
         return lambda m: (None if m.header is None
                           else any(needle in value for value in m.values(field)))
     if isinstance(key, ContentKey):

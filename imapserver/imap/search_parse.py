@@ -142,11 +142,14 @@ class HeaderKey:
     """A header field contains a string: HEADER, and FROM/TO/CC/BCC/SUBJECT.
 
     ``field`` is the lower-cased field name, ``needle`` the case-folded string.  An empty
-    needle matches every message that has the field (RFC 3501, HEADER).
+    needle matches every message that has the field (RFC 3501, HEADER).  ``addresses`` is
+    set for FROM/TO/CC/BCC, which RFC 3501 6.4.4 defines on the envelope's address
+    structure: their needle may also match the parsed addresses (see :mod:`.search_eval`).
     """
 
     field: str
     needle: str
+    addresses: bool = False
     tier = 2
 
 
@@ -300,7 +303,7 @@ class _Parser:
         if name in _FLAG_KEYS:
             return FlagKey(*_FLAG_KEYS[name])
         if name in _ADDRESS_KEYS:
-            return HeaderKey(_ADDRESS_KEYS[name], self.string(name))
+            return HeaderKey(_ADDRESS_KEYS[name], self.string(name), name != "SUBJECT")
         if name in _DATE_KEYS:
             sent, relation = _DATE_KEYS[name]
             return DateKey(sent, relation, self.date(name))

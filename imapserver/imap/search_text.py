@@ -24,7 +24,7 @@ import binascii
 import codecs
 import re
 
-from mailstore.mime import field_value
+from mailstore.mime import field_value, parse_address_list
 
 _ENCODED_WORD = re.compile(r"=\?([^?\s]+)\?([bBqQ])\?([^?\s]*)\?=")
 _BASE64_JUNK = re.compile(rb"[^A-Za-z0-9+/]")
@@ -125,6 +125,49 @@ def decode_field(raw: bytes) -> str:
     """The decoded value of a raw header field (as :func:`mailstore.mime.header_fields` gives
     it): unfolded, trimmed, 8-bit octets and encoded words decoded."""
     return decode_header_text(decode_bytes(field_value(raw).encode("latin-1")))
+
+
+_ATEXT = re.compile(r"[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+")
+
+
+def address_text(raw: bytes) -> str:
+    """The addresses of a raw address field, written out again as Dovecot's SEARCH sees them
+    (``"Name" <local@domain>, group: <a@b>;``): comments, folding and the spacing as written
+    gone, display names decoded (RFC 2047) and quoted unless one atom, 8-bit text decoded as
+    in :func:`decode_field`."""
+    out: list[str] = []
+    in_group = False
+    for name, adl, mailbox, host in parse_address_list(field_value(raw)):
+        if host is None:  # a group's start (mailbox is its name) or end (RFC 3501 7.4.2)
+            if mailbox is None:
+                out.append(";")
+                in_group = False
+            else:
+                out.append(("" if not out else ", ") + _decode_latin1(mailbox) + ":")
+                in_group = True
+            continue
+        addr = _decode_latin1(mailbox or "") + ("@" + _decode_latin1(host) if host else "")
+        if adl:
+            addr = _decode_latin1(adl) + ":" + addr
+        text = "<" + addr + ">"
+        if name:
+            display = _decode_latin1(name)
+            if not _ATEXT.fullmatch(display):
+                display = '"' + display.replace("\\", "\\\\").replace('"', '\\"') + '"'
+            text = display + " " + text
+        if out and not out[-1].endswith(":"):
+            text = ", " + text
+        elif out:
+            text = " " + text
+        out.append(text)
+    if in_group:
+        out.append(";")
+    return "".join(out)
+
+
+def _decode_latin1(value: str) -> str:
+    """A parsed address part (raw octets as latin-1) decoded as header text."""
+    return decode_header_text(decode_bytes(value.encode("latin-1")))
 
 
 class _Base64:
@@ -228,5 +271,5 @@ class StreamMatcher:
         self._carry = window[-self._keep:] if self._keep else ""
 
 
-__all__ = ["PartDecoder", "StreamMatcher", "decode_bytes", "decode_field",
+__all__ = ["PartDecoder", "StreamMatcher", "address_text", "decode_bytes", "decode_field",
            "decode_header_text"]

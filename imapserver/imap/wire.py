@@ -12,8 +12,11 @@ receiver in protocol.py collects them, honouring literals anywhere, not only whe
 name or a message is expected).  :func:`tokenize` turns segments into Python values:
 
 * ``Atom`` (a ``str`` subclass) for atoms, including FETCH items such as
-  ``BODY.PEEK[HEADER.FIELDS (FROM TO)]<0.100>`` -- brackets and the partial suffix belong to
-  the atom, spaces and parentheses inside brackets included;
+  ``BODY.PEEK[HEADER.FIELDS (FROM TO)]<0.100>`` -- after a fetch-att name (``BODY``,
+  ``BODY.PEEK``, ``BINARY``...) the section in brackets and the partial suffix belong to the
+  atom, spaces and parentheses inside brackets included.  Anywhere else ``[`` and ``]`` are
+  ordinary characters: RFC 3501's atom-specials do not include ``[``, and ``]`` (a
+  resp-special) is an ASTRING-CHAR, so ``SELECT a[b`` and ``CREATE ]x`` name mailboxes;
 * ``bytes`` for quoted strings (escapes resolved), ``Literal`` (a ``bytes`` subclass) for
   literals;
 * a file object for a literal the receiver spooled to disk (large APPEND messages);
@@ -116,29 +119,25 @@ def _quoted(line: bytes, i: int) -> tuple[bytes, int]:
     raise ParseError("unterminated quoted string")
 
 
+_SECTION_OWNERS = frozenset({"BODY", "BODY.PEEK", "BINARY", "BINARY.PEEK", "BINARY.SIZE"})
+"""The fetch-att names that take a ``[section]`` (RFC 3501 section 9, RFC 3516 section 4)."""
+
+
 def _atom(line: bytes, i: int) -> tuple[Atom, int]:
     start = i
     n = len(line)
-    depth = 0
     while i < n:
         c = line[i]
-        if c == 0x5B:  # [ opens a section: everything up to the matching ] is in the atom
-            depth += 1
-        elif c == 0x5D:
-            if depth == 0:
-                raise ParseError("unexpected ']'")
-            depth -= 1
-        elif depth == 0 and (c in _ATOM_SPECIALS and c not in (0x25, 0x2A, 0x5C)):
-            # % and * are list wildcards, \ starts flags: all allowed inside our atoms.
+        if c == 0x5B and line[start:i].upper().decode("latin-1") in _SECTION_OWNERS:
+            end = _section_end(line, i)
+            if end >= 0:
+                i = end + 1
+                continue
+        if c in _ATOM_SPECIALS and c not in (0x25, 0x2A, 0x5C, 0x5D):
+            # % and * are list wildcards, \ starts flags, ] is an ASTRING-CHAR: all allowed
+            # inside our atoms (RFC 3501 section 9: list-char, flag, ASTRING-CHAR).
             break
         i += 1
-    if depth:
-        raise ParseError("unterminated '['")
-    if i < n and line[i] == 0x3C:  # <partial> suffix of a FETCH item
-        end = line.find(b">", i)
-        if end < 0:
-            raise ParseError("unterminated '<'")
-        i = end + 1
     if i == start:
         raise ParseError(f"unexpected character {chr(line[i])!r}")
     try:
@@ -146,6 +145,21 @@ def _atom(line: bytes, i: int) -> tuple[Atom, int]:
     except UnicodeDecodeError:
         raise ParseError("8-bit characters in an atom") from None
     return Atom(text), i
+
+
+def _section_end(line: bytes, i: int) -> int:
+    """The index of the ``]`` closing the section opened at ``line[i]``, or -1 if the line has
+    none (then the ``[`` is an ordinary atom character: ``SELECT body[`` names a mailbox)."""
+    depth = 0
+    for j in range(i, len(line)):
+        c = line[j]
+        if c == 0x5B:
+            depth += 1
+        elif c == 0x5D:
+            depth -= 1
+            if depth == 0:
+                return j
+    return -1
 
 
 # -- writing ---------------------------------------------------------------------------------

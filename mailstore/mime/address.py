@@ -155,8 +155,8 @@ def parse_address_list(value: str | None) -> list[Address]:
 
     * ``name`` is the display name as written, with its quotes removed and quoted pairs
       resolved but encoded words left encoded; when there is no display name, the content of a
-      comment after a bare addr-spec (``user@host (Real Name)``, the old style) is used, as
-      Dovecot and UW-IMAP do.  ``None`` when there is neither.
+      comment in or after a bare addr-spec (``user@host (Real Name)``, the old style) is used,
+      as Dovecot and UW-IMAP do -- not one before it.  ``None`` when there is neither.
     * ``adl`` is a source route (``@a.example,@b.example``) or ``None``.
     * ``mailbox`` and ``host`` are the local part and domain as written (a quoted local part
       keeps its quotes so that ``mailbox@host`` is still an address).  An address without a
@@ -194,7 +194,10 @@ def _parse_tokens(value: str) -> list[Address]:
         comments: list[str] = []
         while i < n and toks[i].kind != _SPECIAL:
             if toks[i].kind == _COMMENT:
-                comments.append(toks[i].text)
+                # Only a comment within or after an addr-spec names it ("a@b (Name)"); one
+                # before it ("(note) a@b") does not, as in Dovecot.
+                if phrase:
+                    comments.append(toks[i].text)
             else:
                 phrase.append(toks[i])
             i += 1

@@ -58,6 +58,7 @@ _PART_FIELDS = frozenset(("content-type", "content-transfer-encoding", "content-
 _MESSAGE_FIELDS = frozenset(("date", "subject", "from", "sender", "reply-to", "to", "cc", "bcc",
                              "in-reply-to", "message-id"))
 _ALL_FIELDS = _PART_FIELDS | _MESSAGE_FIELDS
+_ADDRESS_FIELDS = frozenset(("from", "sender", "reply-to", "to", "cc", "bcc"))
 
 
 class _Frame:
@@ -409,9 +410,14 @@ class StructureParser:
         frame.hdr = None
         wanted = _ALL_FIELDS if frame.msg is not None else _PART_FIELDS
         values: dict[str, str] = {}
+        addresses: dict[str, list[str]] = {}  # every occurrence of each address field
         for name, raw in header_fields(block):
             key = name.lower()
-            if key in wanted and key not in values:
+            if key not in wanted:
+                continue
+            if key in _ADDRESS_FIELDS:
+                addresses.setdefault(key, []).append(field_value(raw))
+            if key not in values:
                 values[key] = field_value(raw)
         part = frame.part
         ctype = values.get("content-type")
@@ -438,7 +444,7 @@ class StructureParser:
         part.language = parse_language(language) if language is not None else None
         part.location = values.get("content-location")
         if frame.msg is not None:
-            frame.msg.envelope = _envelope(values)
+            frame.msg.envelope = _envelope(values, addresses)
 
     def _close_frame(self, frame: _Frame, at: int, eof: bool, floor: int = 0) -> int:
         """End ``frame`` at a delimiter line starting at ``at``, or at the end of the message.
@@ -506,19 +512,32 @@ def _blank_line(buf: bytearray, pos: int) -> int:
     return crlf + 1 if crlf >= 0 else -1
 
 
-def _addresses(values: dict[str, str], name: str):
-    value = values.get(name)
-    return (parse_address_list(value) or None) if value is not None else None
+def _addresses(fields: dict[str, list[str]], name: str):
+    """The addresses of every ``name`` field, in order (None when there is none)."""
+    out = [address for value in fields.get(name, ()) for address in parse_address_list(value)]
+    return out or None
 
 
-def _envelope(values: dict[str, str]) -> Envelope:
-    """Build ENVELOPE from a message's first occurrence of each field (RFC 3501 7.4.2)."""
-    from_ = _addresses(values, "from")
+def _envelope(values: dict[str, str], addresses: dict[str, list[str]]) -> Envelope:
+    """Build ENVELOPE (RFC 3501 7.4.2) from a message's header fields.
+
+    RFC 5322 3.6 allows each of these fields once.  When an address field is repeated (a
+    message with ``Cc: a@x``, ``CC: b@x`` and ``cc: c@x``), the addresses of all of them are
+    listed in order, so that no recipient is lost -- as Dovecot does for from, sender,
+    reply-to, to, cc and bcc.  Date, subject, in-reply-to and message-id come from the first
+    occurrence (Dovecot takes the last; the first is the one SENTBEFORE/SENTON/SENTSINCE read
+    and Python's email package returns).
+
+    The envelope is computed once, at append or delivery, and stored: messages stored before
+    a change here keep the envelope they were stored with.
+    """
+    from_ = _addresses(addresses, "from")
     return Envelope(
         date=values.get("date"), subject=values.get("subject"), from_=from_,
-        sender=_addresses(values, "sender") or from_,
-        reply_to=_addresses(values, "reply-to") or from_,
-        to=_addresses(values, "to"), cc=_addresses(values, "cc"), bcc=_addresses(values, "bcc"),
+        sender=_addresses(addresses, "sender") or from_,
+        reply_to=_addresses(addresses, "reply-to") or from_,
+        to=_addresses(addresses, "to"), cc=_addresses(addresses, "cc"),
+        bcc=_addresses(addresses, "bcc"),
         in_reply_to=values.get("in-reply-to"), message_id=values.get("message-id"),
     )
 

@@ -22,7 +22,15 @@ from twisted.internet import defer
 from mailstore.errors import NotFound
 
 from ..context import AUTH, SELECTED, Bad, No, command
-from ..names import DELIMITER, decode_name, encode_name, pattern_regex
+from ..names import (
+    DELIMITER,
+    decode_name,
+    decode_pattern,
+    encode_name,
+    lsub_names,
+    pattern_regex,
+    recursive_match_parents,
+)
 from ..selected import SelectedMailbox
 from ..wire import Atom
 
@@ -190,9 +198,10 @@ def _parse_list(args) -> tuple[ListRequest, str, list[str]]:
             raise Bad("RECURSIVEMATCH needs another selection option")
     if len(args) < 2:
         raise Bad("LIST takes a reference and a mailbox pattern")
-    reference = decode_name(args[0]) if args[0] != b"" else ""
+    # Names are sent in modified UTF-7: a reference or pattern that is not matches no name.
+    reference = decode_pattern(args[0]) if args[0] != b"" else ""
     patterns_arg = args[1]
-    patterns = [decode_name(p) if p != b"" else "" for p in
+    patterns = [decode_pattern(p) if p != b"" else "" for p in
                 (patterns_arg if isinstance(patterns_arg, list) else [patterns_arg])]
     rest = args[2:]
     if rest:
@@ -269,13 +278,16 @@ def list_(ctx):
         recents = yield ctx.call(_recent_counts, ctx.store, mailboxes, ctx.session.selected)
     by_name = {m.name: m for m in mailboxes}
     names = set(by_name)
-    regexes = [pattern_regex(reference, p) for p in patterns if p != ""]
+    regexes = [pattern_regex(reference, p) for p in patterns
+               if p and reference is not None]
     candidates = set(names)
     if req.subscribed_only:
         candidates = set(subscribed)
     # Parents implied by existing names answer % patterns as \Noselect (RFC 3501 6.3.8).
     implied = {DELIMITER.join(n.split(DELIMITER)[:i]) for n in candidates
                for i in range(1, n.count(DELIMITER) + 1)}
+    # RFC 5258 3.5: with RECURSIVEMATCH only parents of subscribed names left unanswered.
+    lifted = recursive_match_parents(subscribed, regexes) if req.recursive else set()
     lines = []
     for name in sorted(candidates | implied, key=lambda n: (n != "INBOX", n)):
         if not any(r.match(name) for r in regexes):
@@ -287,7 +299,7 @@ def list_(ctx):
         exists = mailbox is not None
         has_children = any(n.startswith(name + DELIMITER) for n in names)
         if name not in candidates:  # an implied parent
-            if req.subscribed_only and not req.recursive:
+            if req.subscribed_only and name not in lifted:
                 continue
             if req.subscribed_only:
                 attrs.append("\\NonExistent" if not exists else "")
@@ -303,7 +315,9 @@ def list_(ctx):
             attrs.append(mailbox.special_use)
         attr_text = " ".join(a for a in attrs if a)
         line = f"LIST ({attr_text}) \"{DELIMITER}\" ".encode() + encode_name(name)
-        if req.recursive and name not in subscribed and any(
+        # RFC 5258 4, example 9 (eps2): a subscribed mailbox with subscribed descendants
+        # has CHILDINFO too, whether or not they are answered themselves (as in Dovecot).
+        if name in lifted or req.recursive and name in subscribed and any(
                 s.startswith(name + DELIMITER) for s in subscribed):
             line += b' ("CHILDINFO" ("SUBSCRIBED"))'
         lines.append(line)
@@ -317,15 +331,15 @@ def list_(ctx):
 @defer.inlineCallbacks
 def lsub(ctx):
     ctx.expect_args(2)
-    reference = decode_name(ctx.args[0]) if ctx.args[0] != b"" else ""
-    pattern = decode_name(ctx.args[1]) if ctx.args[1] != b"" else ""
+    reference = decode_pattern(ctx.args[0]) if ctx.args[0] != b"" else ""
+    pattern = decode_pattern(ctx.args[1]) if ctx.args[1] != b"" else ""
+    if reference is None or pattern is None:
+        return  # not modified UTF-7: no name matches
     mailboxes, subscribed = yield ctx.call(_list_data, ctx.store, ctx.session.user)
-    regex = pattern_regex(reference, pattern)
     names = {m.name for m in mailboxes}
-    for name in sorted(subscribed, key=lambda n: (n != "INBOX", n)):
-        if regex.match(name):
-            attrs = "" if name in names else "\\Noselect"
-            ctx.untagged(f"LSUB ({attrs}) \"{DELIMITER}\" ".encode() + encode_name(name))
+    for name, parent_only in lsub_names(subscribed, reference, pattern):
+        attrs = "" if name in names and not parent_only else "\\Noselect"
+        ctx.untagged(f"LSUB ({attrs}) \"{DELIMITER}\" ".encode() + encode_name(name))
 
 
 @command("STATUS", AUTH, SELECTED)

@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import calendar
+import re
 
 from twisted.internet import defer
 
@@ -82,6 +83,9 @@ def parse_date_time(raw: bytes) -> float:
         raise Bad(f"Invalid date-time: {raw!r}") from None
 
 
+_KEYWORD = re.compile(r'[^(){ %*"\\\]\x00-\x1f\x7f]+\Z')
+
+
 def parse_flag_args(args) -> list[str]:
     items = args[0] if len(args) == 1 and isinstance(args[0], list) else args
     flags = []
@@ -93,6 +97,10 @@ def parse_flag_args(args) -> list[str]:
         if item.startswith("\\") and item.lower() not in (
                 "\\seen", "\\answered", "\\flagged", "\\deleted", "\\draft"):
             raise Bad(f"Unknown system flag {item}")
+        if not item.startswith("\\") and not _KEYWORD.match(item):
+            # flag-keyword is an atom (RFC 3501 section 9): no ], %, * or \ -- the tokenizer
+            # lets ] through for astrings, and a keyword with ] would end PERMANENTFLAGS' code.
+            raise No(f"Invalid characters in keyword {item}", "CANNOT")
         flags.append(str(item))
     return flags
 
