@@ -33,9 +33,16 @@ STREAM_ABOVE = 1024 * 1024
 
 
 class Stream:
-    """A literal too large to hold: its octet count and an iterator of its chunks."""
+    """A fetch item whose literal is too large to hold: the item's head (``NAME {n}\r\n``),
+    the literal's octet count and an iterator of its chunks.
 
-    def __init__(self, count: int, chunks):
+    The head travels with its data as one item, so the separator between items can never
+    land between ``{n}\r\n`` and the literal's first octet (RFC 3501 4.3: the n octets follow
+    the CRLF immediately).
+    """
+
+    def __init__(self, head: bytes, count: int, chunks):
+        self.head = head
         self.count = count
         self.chunks = chunks
 
@@ -101,8 +108,7 @@ def _render_batch(store, mailbox, batch, columns, items, set_seen, seq_of, own):
                                              item.partial)
                 head = item.name.encode() + b" {%d}\r\n" % count
                 if count > STREAM_ABOVE:
-                    parts.append(head)
-                    parts.append(Stream(count, chunks))
+                    parts.append(Stream(head, count, chunks))
                 else:
                     parts.append(head + b"".join(chunks))
         if view.uid in seen_now and not wrote_flags:
@@ -159,6 +165,7 @@ def _stream(ctx, seq: int, parts: list):
             if not isinstance(part, Stream):
                 pending.append(part)
                 continue
+            pending.append(part.head)
             conn.write_raw(pending)
             pending = []
             sent = 0
