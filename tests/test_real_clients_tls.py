@@ -41,7 +41,7 @@ from tests.imapproc import Client, ServerProcess, make_users
 from tests.tlscert import make_cert
 
 TRANSPORTS = ("plain", "starttls", "imaps")
-CLIENT_TIMEOUT = 90  # seconds; far above a normal run (a few seconds), so only a hang hits it
+CLIENT_TIMEOUT = 60  # seconds; far above a normal run (a few seconds), so only a hang hits it
 MiB = 1024 * 1024
 USER, PASSWORD = "reader", "reader-pw"
 COPY_USER, COPY_PASSWORD = "copy", "copy-pw"  # the empty account mbsync pushes into
@@ -210,10 +210,11 @@ class Server:
                 assert status == "OK", (folder, data)
                 bodies = [item[1] for item in data if isinstance(item, tuple)]
                 found[folder] = {message_id(b): b for b in bodies}
-            imap.logout()
-            return found
-        finally:
+        except BaseException:
             imap.shutdown()
+            raise
+        imap.logout()
+        return found
 
 
 @pytest.fixture(params=TRANSPORTS)
