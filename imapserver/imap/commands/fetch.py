@@ -141,6 +141,8 @@ def fetch_command(ctx, uid_mode: bool):
     columns = _columns(needs)
     step = CONTENT_BATCH if CONTENT in needs else BATCH
     for start in range(0, len(uids), step):
+        if ctx.conn.closed or ctx.conn.closing:
+            return  # the connection went (or is going) away: nothing more can be sent
         batch = uids[start:start + step]
         responses = yield ctx.call(_render_batch, ctx.store, selected.mailbox, batch, columns,
                                    items, set_seen, selected.seq_of, selected.note_own_flags)
@@ -168,23 +170,24 @@ def _stream(ctx, seq: int, parts: list):
             pending.append(part.head)
             conn.write_raw(pending)
             pending = []
+            conn.streaming = True
             sent = 0
             while sent < part.count:
                 chunk = yield ctx.call(_next_chunk, part.chunks)
                 if chunk is None:
                     raise OSError("message ended early")
-                if conn.closed:
+                if conn.closed or conn.closing:
                     return
                 conn.write_raw([chunk])
                 sent += len(chunk)
                 yield conn.wait_writable()
+            conn.streaming = False
         pending.append(b")\r\n")
         conn.write_raw(pending)
     except Exception:
         # Part of a literal is out: the stream cannot be resynchronised, so the connection
         # goes (the client reconnects and fetches again).
-        conn.write_raw([])
-        conn.transport.loseConnection()
+        conn.close()
         raise
 
 
