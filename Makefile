@@ -8,8 +8,10 @@ DATA    ?= data
 SUDO    := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 # Debian packages the tests and the bench run: swaks (an SMTP/LMTP client), Dovecot's LMTP
 # server (the bench's yardstick) and its IMAP server (the reference the FETCH rendering is
-# compared with, tests/test_imap_render.py).  Installed by the venv step, only those missing.
-DEBIAN_TEST_PKGS := swaks dovecot-core dovecot-lmtpd dovecot-imapd isync fetchmail
+# compared with, tests/test_imap_render.py), and the real IMAP clients the server is tried with
+# (isync's mbsync, fetchmail, offlineimap3: tests/test_imap_clients.py,
+# tests/test_real_clients_tls.py).  Installed by the venv step, only those missing.
+DEBIAN_TEST_PKGS := swaks dovecot-core dovecot-lmtpd dovecot-imapd isync fetchmail offlineimap3
 
 .PHONY: run test lint bench schema clean venv debian-test-pkgs
 

@@ -28,7 +28,7 @@ import time
 from collections import deque
 
 from twisted.internet import defer, protocol
-from twisted.internet.interfaces import IPushProducer
+from twisted.internet.interfaces import IPushProducer, ISSLTransport
 from zope.interface import implementer
 
 from ..observe import (
@@ -48,6 +48,9 @@ SPOOL_ABOVE = 1024 * 1024
 """Literal octets one command may hold in memory; beyond this they go to temporary files."""
 MAX_QUEUED = 100
 """Commands parsed ahead of the running one before the connection stops being read."""
+CLOSE_GRACE = 30.0
+"""Seconds a closing connection has to deliver its last responses (and, over TLS, exchange
+close_notify) before it is aborted: a client that stops reading cannot keep its slot."""
 
 
 log = Logger("imap")
@@ -75,8 +78,11 @@ class IMAPServerProtocol(protocol.Protocol):
         self.line_consumer = None
         self.closed = False
         self.logged_out = False
-        self._cut = False  # output stopped for good (cut): nothing more may be written
+        self.closing = False
+        self.streaming = False  # inside a streamed literal (FETCH): no line may be written
         self._timeout_call = None
+        self._abort_call = None
+        self._gate = None
 
     # -- connection -------------------------------------------------------------------------
 
@@ -85,7 +91,8 @@ class IMAPServerProtocol(protocol.Protocol):
         # starts (and FETCH waits between batches) until the client has read its responses.
         # Commands then queue up, and past MAX_QUEUED the connection stops being read: memory
         # stays bounded whatever the client does or fails to read.
-        self.transport.registerProducer(_OutputGate(self), True)
+        self._gate = _OutputGate(self)
+        self.transport.registerProducer(self._gate, True)
         self.opened_at = time.monotonic()
         self.remote = getattr(self.transport.getPeer(), "host", "?")
         self.commands = 0
@@ -107,8 +114,10 @@ class IMAPServerProtocol(protocol.Protocol):
                  remote=getattr(self, "remote", "?"), commands=getattr(self, "commands", 0),
                  seconds=time.monotonic() - getattr(self, "opened_at", time.monotonic()),
                  logout=self.logged_out)
-        if self._timeout_call is not None and self._timeout_call.active():
-            self._timeout_call.cancel()
+        for call in (self._timeout_call, self._abort_call):
+            if call is not None and call.active():
+                call.cancel()
+        self._release_writers()
         self._queue.clear()
         self._forget_command()
         sink, self._literal_sink = self._literal_sink, None
@@ -123,6 +132,8 @@ class IMAPServerProtocol(protocol.Protocol):
 
     def reset_timeout(self) -> None:
         """Autologout timer (RFC 3501 5.4: at least 30 minutes; IDLE clients re-issue IDLE)."""
+        if self.closed or self.closing:
+            return
         reactor = self.server.reactor
         seconds = self.cfg["imap"]["idle_timeout"]
         if self.line_consumer is not None and getattr(self.line_consumer, "idle", False):
@@ -133,16 +144,70 @@ class IMAPServerProtocol(protocol.Protocol):
             self._timeout_call = reactor.callLater(seconds, self._timed_out)
 
     def _timed_out(self) -> None:
+        self.close(b"* BYE Autologout; idle for too long")
+
+    def close(self, bye: bytes | None = None) -> None:
+        """Close the connection once what was written has gone out: the one way the server
+        ends a connection (LOGOUT, autologout, too many connections, shutdown, errors).
+
+        ``bye`` (an untagged BYE line, RFC 3501 7.1.5) is written first, unless a streamed
+        literal is half sent (a line there would become literal data).  Nothing is read or
+        written afterwards (RFC 3501 6.1.3: the server closes the connection after LOGOUT's
+        OK).  The output gate is unregistered first: Twisted's TLS layer sends close_notify
+        and closes the socket only once no producer is registered, so over TLS (implicit or
+        after STARTTLS) loseConnection alone would leave the connection open forever.  A
+        client that does not read what is left is cut off after CLOSE_GRACE seconds.
+
+        Over TLS the server sends its close_notify and closes without waiting for the
+        client's (RFC 8446 6.1 allows it), as Dovecot does: a client that is silent, or that
+        reads the close but never answers it, must not keep its connection slot.
+        """
+        if self.closed or self.closing:
+            return
+        if bye is not None and not self.streaming:
+            self.write_lines([bye])
+        self.closing = True
+        self.logged_out = True
+        if self._timeout_call is not None and self._timeout_call.active():
+            self._timeout_call.cancel()
+        if self._gate is not None:
+            self._gate = None
+            self.transport.unregisterProducer()
+        self._release_writers()
+        self._close_tls_one_way()
+        self.transport.loseConnection()
+        self._abort_call = self.server.reactor.callLater(CLOSE_GRACE, self._abort)
+
+    def _close_tls_one_way(self) -> None:
+        """Let the TLS shutdown complete once our close_notify is sent (see close)."""
+        if not ISSLTransport.providedBy(self.transport):
+            return
+        from OpenSSL import SSL
+        handle = self.transport.getHandle()
+        # Only after the handshake: before it, OpenSSL would take the flag for the client's
+        # close and stop the handshake that must carry the BYE; that case waits (or aborts
+        # after CLOSE_GRACE).
+        if isinstance(handle, SSL.Connection) and handle.get_peer_finished() is not None:
+            handle.set_shutdown(handle.get_shutdown() | SSL.RECEIVED_SHUTDOWN)
+
+    def _abort(self) -> None:
         if not self.closed:
-            self.write_lines([b"* BYE Autologout; idle for too long"])
-            self.logged_out = True
-            self.transport.loseConnection()
+            log.info("abort remote={remote}: closing connection did not drain",
+                     remote=getattr(self, "remote", "?"))
+            self.transport.abortConnection()
+
+    def _release_writers(self) -> None:
+        """Wake whatever waits for the client to read (they see the connection closing)."""
+        self._output_paused = False
+        waiters, self._writable_waiters = self._writable_waiters, []
+        for d in waiters:
+            d.callback(None)
 
     # -- output -----------------------------------------------------------------------------
 
     def write_lines(self, lines: list[bytes]) -> None:
         """Write whole response lines (each without CRLF) in one call."""
-        if self.closed or self._cut or not lines:
+        if self.closed or self.closing or not lines:
             return
         out = []
         for line in lines:
@@ -151,7 +216,7 @@ class IMAPServerProtocol(protocol.Protocol):
         self.transport.writeSequence(out)
 
     def write_raw(self, data: list[bytes]) -> None:
-        if not self.closed and not self._cut:
+        if not (self.closed or self.closing):
             self.transport.writeSequence(data)
 
     def cut(self, reason: str) -> None:
@@ -160,13 +225,12 @@ class IMAPServerProtocol(protocol.Protocol):
         tagged response, which the client would read as literal octets -- and nothing more is
         read.  The client sees the connection end inside the literal and cannot mistake what
         it got for the whole."""
-        if self.closed or self._cut:
+        if self.closed or self.closing:
             return
         log.info("connection cut user={user} remote={remote}: {reason}",
                  user=self.session.user, remote=getattr(self, "remote", "?"), reason=reason)
-        self._cut = True
-        self.logged_out = True
-        self.transport.loseConnection()
+        self.streaming = True  # no BYE either: it would land inside the literal
+        self.close()
 
     # -- input ------------------------------------------------------------------------------
 
@@ -180,8 +244,7 @@ class IMAPServerProtocol(protocol.Protocol):
         except Exception:
             ERRORS.labels("imap").inc()
             log.failure("IMAP input processing failed")
-            self.write_lines([b"* BYE Internal error"])
-            self.transport.loseConnection()
+            self.close(b"* BYE Internal error")
 
     def _consume(self) -> None:
         max_line = self.cfg["imap"]["max_line_length"]
@@ -319,17 +382,16 @@ class IMAPServerProtocol(protocol.Protocol):
             self._run_next()
 
     def wait_writable(self) -> defer.Deferred:
-        """A Deferred that fires once the client has read enough of what was written."""
-        if not self._output_paused or self.closed:
+        """A Deferred that fires once the client has read enough of what was written (at
+        once when the connection is closing)."""
+        if not self._output_paused or self.closed or self.closing:
             return defer.succeed(None)
         d = defer.Deferred()
         self._writable_waiters.append(d)
         return d
 
     def _output_resumed(self) -> None:
-        waiters, self._writable_waiters = self._writable_waiters, []
-        for d in waiters:
-            d.callback(None)
+        self._release_writers()
         if not self._running and not self.closed:
             self._run_next()
             self._resume_input()
@@ -413,7 +475,7 @@ class _OutputGate:
         self.conn._output_resumed()
 
     def stopProducing(self) -> None:
-        self.resumeProducing()
+        self.conn._release_writers()
 
 
 class _Bytes:

@@ -72,9 +72,7 @@ class IMAPServer(protocol.ServerFactory):
     def connection_opened(self, conn) -> None:
         self.connections.add(conn)
         if len(self.connections) > self.cfg["imap"]["max_connections"]:
-            conn.write_lines([b"* BYE Too many connections, try again later"])
-            conn.logged_out = True
-            conn.transport.loseConnection()
+            conn.close(b"* BYE Too many connections, try again later")
 
     def connection_closed(self, conn) -> None:
         self.connections.discard(conn)
@@ -117,9 +115,7 @@ class IMAPServer(protocol.ServerFactory):
             if busy() and self.reactor.seconds() < deadline:
                 return task.deferLater(self.reactor, 0.05, finish)
             for conn in list(self.connections):
-                conn.write_lines([b"* BYE Server shutting down"])
-                conn.logged_out = True
-                conn.transport.loseConnection()
+                conn.close(b"* BYE Server shutting down")
             return threads.deferToThreadPool(self.reactor, self.threadpool, lambda: None)
 
         d = finish()

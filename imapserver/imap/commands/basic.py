@@ -42,9 +42,8 @@ def logout(ctx):
     ctx.expect_args(0)
     ctx.untagged(b"BYE Logging out")
     ctx.finish(b"OK", "LOGOUT completed")
-    # RFC 3501 6.1.3: nothing after the tagged OK; the connection closes.
-    ctx.conn.logged_out = True
-    ctx.conn.transport.loseConnection()
+    # RFC 3501 6.1.3: nothing after the tagged OK; the server closes the connection.
+    ctx.conn.close()
 
 
 @command("ID", *ANY)

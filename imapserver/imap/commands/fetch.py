@@ -44,9 +44,16 @@ STREAM_ABOVE = 1024 * 1024
 
 
 class Stream:
-    """A literal too large to hold: its octet count and an iterator of its chunks."""
+    """A fetch item whose literal is too large to hold: the item's head (``NAME {n}\r\n``),
+    the literal's octet count and an iterator of its chunks.
 
-    def __init__(self, count: int, chunks):
+    The head travels with its data as one item, so the separator between items can never
+    land between ``{n}\r\n`` and the literal's first octet (RFC 3501 4.3: the n octets follow
+    the CRLF immediately).
+    """
+
+    def __init__(self, head: bytes, count: int, chunks):
+        self.head = head
         self.count = count
         self.chunks = chunks
 
@@ -118,7 +125,7 @@ def _render_batch(store, mailbox, batch, columns, items, set_seen, seq_of, own,
                                              item.partial)
                 head = item.name.encode() + b" {%d}\r\n" % count
                 try:
-                    parts += _literal(head, count, chunks)
+                    parts.append(_literal(head, count, chunks))
                 except Expunged:
                     lost = True
                     break
@@ -131,14 +138,14 @@ def _render_batch(store, mailbox, batch, columns, items, set_seen, seq_of, own,
     return responses, gone
 
 
-def _literal(head: bytes, count: int, chunks) -> list:
-    """A literal's segments: its head and data as one, or over ``STREAM_ABOVE`` its head and
-    a Stream.  A Stream's first piece is read now, in this thread: content already gone is
+def _literal(head: bytes, count: int, chunks):
+    """A literal as one segment: its head and data as bytes, or over ``STREAM_ABOVE`` a
+    Stream.  A Stream's first piece is read now, in this thread: content already gone is
     found (errors.Expunged) before the head is written, while the command can still say NO."""
     if count <= STREAM_ABOVE:
-        return [head + b"".join(chunks)]
+        return head + b"".join(chunks)
     first = next(chunks, None)
-    return [head, Stream(count, itertools.chain(() if first is None else (first,), chunks))]
+    return Stream(head, count, itertools.chain(() if first is None else (first,), chunks))
 
 
 def _next_chunk(chunks):
@@ -166,6 +173,8 @@ def fetch_command(ctx, uid_mode: bool):
     step = CONTENT_BATCH if CONTENT in needs else BATCH
     gone = 0
     for start in range(0, len(uids), step):
+        if ctx.conn.closed or ctx.conn.closing:
+            return  # the connection went (or is going) away: nothing more can be sent
         batch = uids[start:start + step]
         responses, lost = yield ctx.call(_render_batch, ctx.store, selected.mailbox, batch,
                                          columns, items, set_seen, selected.seq_of,
@@ -190,25 +199,28 @@ def _stream(ctx, seq: int, parts: list):
     try:
         pending = [b"* %d FETCH (" % seq]
         for i, part in enumerate(parts):
-            # A Stream is the data of the literal whose head is the part before it: no
-            # separator between the two (RFC 3501 4.3: the octets follow the CRLF at once).
-            if i and not isinstance(part, Stream):
+            # A Stream carries its literal's head: the separator goes before the head, never
+            # between it and the data (RFC 3501 4.3: the octets follow the CRLF at once).
+            if i:
                 pending.append(b" ")
             if not isinstance(part, Stream):
                 pending.append(part)
                 continue
+            pending.append(part.head)
             conn.write_raw(pending)
             pending = []
+            conn.streaming = True
             sent = 0
             while sent < part.count:
                 chunk = yield ctx.call(_next_chunk, part.chunks)
                 if chunk is None:
                     raise OSError("message ended early")
-                if conn.closed:
+                if conn.closed or conn.closing:
                     return
                 conn.write_raw([chunk])
                 sent += len(chunk)
                 yield conn.wait_writable()
+            conn.streaming = False
         pending.append(b")\r\n")
         conn.write_raw(pending)
     except Exception as exc:
