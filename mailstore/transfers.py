@@ -188,8 +188,6 @@ class Transfers:
              ) -> list[tuple[int, int]]:
         """Move messages (RFC 6851): as the user sees it, each is in one place, never both
         once this returns or its recovery has run.  Returns (source UID, target UID) pairs."""
-        if source.id == target.id:
-            raise ValueError("source and target are the same mailbox")
         views = [v for v in self.messages.get(source.id, sorted(set(uids)), None)
                  if state_of(v.state_raw) == COMMITTED]
         if not views:

@@ -226,8 +226,7 @@ def _transfer(ctx, uid_mode: bool, move: bool):
         if not uids:
             return target, []
         if move:
-            if target.id == selected.mailbox.id:
-                raise No("Cannot move a message into its own mailbox", "CANNOT")
+            # Into the selected mailbox itself too (RFC 6851 3.3): new UIDs, old ones expunged.
             return target, ctx.store.move(selected.mailbox, uids, target)
         return target, ctx.store.copy(selected.mailbox, uids, target)
     target, pairs = yield ctx.call(run)
