@@ -19,9 +19,12 @@ from dovecot import PASSWORD, USER, Dovecot
 from imapproc import ServerProcess, make_users
 from sessiondiff import normalise, play
 
+from mailstore import keys
 from mailstore.backends.embedded import EmbeddedBackend
 from mailstore.fsck import Fsck
-from mailstore.messages import HEADER, SUMMARY
+from mailstore.mailboxes import MODSEQ, UID
+from mailstore.messages import HEADER, STATE, SUMMARY
+from mailstore.records import MOVING, with_state
 from mailstore.store import MailStore
 from tests.mailgen import message
 
@@ -225,3 +228,43 @@ def test_a_crash_at_any_write_of_a_move_loses_and_duplicates_nothing(tmp_path, t
     else:
         raise AssertionError("the move never completed within the write budget")
     assert crash_points > 10   # the move was cut at many points, not one
+
+
+@pytest.mark.parametrize("target", ["INBOX", "Archive"])
+def test_a_copy_expunged_before_the_roll_forward_does_not_come_back(tmp_path, target):
+    """RFC 3501 2.3.1.1 and docs/decisions/0003: a move died after its copy was committed and
+    shown but before the source was removed; meanwhile the user expunged the copy (moving into
+    the same mailbox shows both copies side by side).  The roll forward must not write the
+    copy again under its old UID, below UIDNEXT, where a syncing client never looks again; the
+    source copy stays, committed, so the message is neither lost nor doubled."""
+    backend, clock, uids = _setup(tmp_path / "s")
+    store = MailStore(backend, clock=clock.time, sleep=clock.sleep, abandon_after=5.0,
+                      intent_timeout=30.0)
+    inbox, dest = store.mailbox("u", "INBOX"), store.mailbox("u", target)
+    # The move's first steps, as Transfers.move takes them, up to the crash.
+    dst_uid = store.mailboxes.rows.increment(dest.id, UID, 1)
+    modseq = store.mailboxes.rows.increment(dest.id, MODSEQ, 1)
+    store.transfers._begin(inbox.id, {"op": "move", "target": dest.id.hex(),
+                                      "pairs": [[uids[0], dst_uid]]})
+    view = store.fetch(inbox, [uids[0]], None)[0]
+    claimed = with_state(view.state_raw, MOVING)
+    assert store.messages.table.check_and_put(keys.message_key(inbox.id, uids[0]), STATE,
+                                              view.state_raw, STATE, claimed)
+    view.state_raw = claimed
+    store.transfers._place(dest, view, dst_uid, modseq)
+    store.messages.publish(dest.id, dst_uid, dst_uid)
+    assert "m0" in _message_ids(store, dest) and "m0" in _message_ids(store, inbox)
+    assert store.expunge(dest, [dst_uid]) == [dst_uid]       # the user removes the copy
+    clock.sleep(61)
+    store.mailbox("u", "INBOX")                              # the roll forward
+    assert store.transfers.pending(inbox.id) == []
+    assert _everywhere(store) == ["m0", "m1", "m2"]
+    assert store.uids(store.mailbox("u", "INBOX")) == uids
+    assert dst_uid not in store.uids(store.mailbox("u", target))
+    assert store.expunge(inbox, [uids[0]]) == [uids[0]]      # committed again, not claimed
+    # The counters were left in between by the crash (0003, 0004): fsck sets them right and
+    # then finds nothing else.
+    Fsck(store, repair=True).run()
+    report = Fsck(store).run()
+    assert report.ok, [p.as_dict() for p in report.problems]
+    backend.close()
