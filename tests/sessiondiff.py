@@ -94,14 +94,17 @@ class Session(RawImap):
             untagged.append(response)
 
 
-def play(ports: dict[str, int] | int, script: list[tuple[str, str]]
-         ) -> list[tuple[str, str, list[bytes], bytes]]:
-    """Run ``script``; ``ports`` is one port, or one per session name.  Returns for each step
-    (session, command, untagged responses, tagged response) -- for ``IDLE``, empty ones."""
+def play(ports: dict[str, int] | int, script: list[tuple[str, str]],
+         deadline: float | None = None) -> list[tuple[str, str, list[bytes], bytes]]:
+    """Run ``script`` (its steps up to ``deadline``, a ``time.monotonic()`` value, if given);
+    ``ports`` is one port, or one per session name.  Returns for each step run (session,
+    command, untagged responses, tagged response) -- for ``IDLE``, empty ones."""
     sessions: dict[str, Session] = {}
     out = []
     try:
         for who, command in script:
+            if deadline is not None and out and time.monotonic() > deadline:
+                break
             if who not in sessions:
                 port = ports if isinstance(ports, int) else ports[who]
                 sessions[who] = Session(port)

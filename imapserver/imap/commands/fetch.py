@@ -22,7 +22,7 @@ from ..render import CONTENT, bodystructure, envelope, internaldate, parse_fetch
 from ..render import ENVELOPE as NEED_ENVELOPE
 from ..render import HEADER as NEED_HEADER
 from ..sections import iter_section, resolve
-from .common import flags_list
+from .common import announce_keywords, flags_list
 from .message_cmds import resolve as resolve_set
 
 BATCH = 200
@@ -51,11 +51,13 @@ def _columns(needs: set[str]) -> list[bytes]:
     return columns
 
 
-def _render_batch(store, mailbox, batch, columns, items, set_seen, seq_of, own):
+def _render_batch(store, mailbox, batch, columns, items, set_seen, seq_of, own, shown=None):
     """Read one batch and build its responses (runs in a worker thread).
 
     Returns a list of responses, each a list of segments: bytes, or a Stream to be pulled.
+    ``shown`` (a set) collects the flags the responses show.
     """
+    shown = set() if shown is None else shown
     views = store.fetch(mailbox, batch, columns)
     seen_now = set()
     if set_seen:
@@ -82,6 +84,7 @@ def _render_batch(store, mailbox, batch, columns, items, set_seen, seq_of, own):
                 parts.append(b"UID %d" % view.uid)
             elif kind == "FLAGS":
                 parts.append(b"FLAGS " + flags_list(view.flags.names))
+                shown.update(view.flags.names)
                 wrote_flags = True
             elif kind == "INTERNALDATE":
                 parts.append(b"INTERNALDATE " + internaldate(view.record.internal_date))
@@ -107,6 +110,7 @@ def _render_batch(store, mailbox, batch, columns, items, set_seen, seq_of, own):
                     parts.append(head + b"".join(chunks))
         if view.uid in seen_now and not wrote_flags:
             parts.append(b"FLAGS " + flags_list(view.flags.names))
+            shown.update(view.flags.names)
         responses.append((seq, parts))
     return responses
 
@@ -136,8 +140,13 @@ def fetch_command(ctx, uid_mode: bool):
     step = CONTENT_BATCH if CONTENT in needs else BATCH
     for start in range(0, len(uids), step):
         batch = uids[start:start + step]
+        shown: set[str] = set()
         responses = yield ctx.call(_render_batch, ctx.store, selected.mailbox, batch, columns,
-                                   items, set_seen, selected.seq_of, selected.note_own_flags)
+                                   items, set_seen, selected.seq_of, selected.note_own_flags,
+                                   shown)
+        # RFC 3501 7.2.6: a keyword the client was not told of is announced before the FETCH
+        # that shows it (one another session set since our last refresh, say).
+        announce_keywords(ctx, shown)
         for seq, parts in responses:
             if not any(isinstance(p, Stream) for p in parts):
                 ctx.untagged(b"%d FETCH (" % seq + b" ".join(parts) + b")")

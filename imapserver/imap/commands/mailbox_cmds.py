@@ -25,8 +25,8 @@ from ..context import AUTH, SELECTED, Bad, No, command
 from ..names import DELIMITER, decode_name, encode_name, pattern_regex
 from ..selected import SelectedMailbox
 from ..wire import Atom
+from .common import flags_lines
 
-SYSTEM_FLAGS = ("\\Answered", "\\Flagged", "\\Deleted", "\\Seen", "\\Draft")
 STATUS_ITEMS = ("MESSAGES", "RECENT", "UIDNEXT", "UIDVALIDITY", "UNSEEN")
 
 
@@ -46,13 +46,8 @@ def _select(ctx, readonly: bool):
     ctx.session.selected = None
     selected = yield ctx.call(_open, ctx.store, ctx.session.user, name, readonly)
     ctx.session.selected = selected
-    keywords = sorted(selected.keywords)
-    flags = " ".join(list(SYSTEM_FLAGS) + keywords)
-    ctx.untagged(f"FLAGS ({flags})".encode())
-    if readonly:
-        ctx.untagged(b"OK [PERMANENTFLAGS ()] Read-only mailbox")
-    else:
-        ctx.untagged(f"OK [PERMANENTFLAGS ({flags} \\*)] Flags permitted".encode())
+    for line in flags_lines(sorted(selected.announced), readonly):
+        ctx.untagged(line)
     ctx.untagged(b"%d EXISTS" % selected.exists)
     ctx.untagged(b"0 RECENT")
     if selected.first_unseen is not None:
