@@ -178,3 +178,36 @@ def test_no_unannounced_keyword_under_a_random_load(data_dir):
     for transcript in results:
         assert unannounced_keywords(transcript) == []
         assert all(tagged.split()[1] == b"OK" for _, _, _, tagged in transcript), transcript
+
+
+@pytest.mark.parametrize("log_kept", [True, False])
+def test_a_refresh_announces_new_keywords_once(tmp_path, log_kept):
+    """RFC 3501 7.2.6 in the session's refresh, both when the change log reaches back and
+    when it was trimmed and the session rescans the mailbox: keywords new to the session are
+    returned (all announced ones, sorted) before the FETCH that shows them, and only once."""
+    from imapserver.imap.selected import SelectedMailbox
+    from mailstore.backends.embedded import EmbeddedBackend
+    from mailstore.store import MailStore
+    from tests.mailgen import message
+
+    store = MailStore(EmbeddedBackend(str(tmp_path / "s")))
+    store.create_user("u", "pw")
+    for i in range(3):
+        store.append("u", "INBOX", message(i), flags=["$old"] if i == 0 else [])
+    inbox = store.mailbox("u", "INBOX")
+    session = SelectedMailbox(store, inbox, readonly=False)
+    session.load()
+    assert session.announced == {"$old"}
+    uids = list(session.uids)
+    store.store_flags(inbox, [uids[1]], ["$b"], "add")
+    store.append("u", "INBOX", message(9), flags=["$a"])
+    if not log_kept:
+        store.changes.trim(inbox.id, store.changes.marks(inbox.id)[1] + 1)
+        assert store.changes_since(inbox, session.index.marks) is None
+    changes = session.refresh()
+    assert changes.keywords == ["$a", "$b", "$old"]
+    assert [(seq, names) for seq, _uid, names, _m in changes.flags] == [(2, {"$b"})]
+    assert session.refresh().keywords is None
+    assert session.new_keywords(["$b", "\\Seen"]) is None
+    assert session.new_keywords(["$c"]) == ["$a", "$b", "$c", "$old"]
+    store.close()
