@@ -31,7 +31,7 @@ from . import keys
 from .backends.base import Backend, Mutation, decode_counter, encode_counter
 from .changelog import ChangeLog
 from .content import ContentStore
-from .mailboxes import MODSEQ, UID, Mailbox, Mailboxes
+from .mailboxes import MODSEQ, UID, VISIBLE, Mailbox, Mailboxes
 from .messages import (
     BODY,
     ENVELOPE,
@@ -189,8 +189,6 @@ class Transfers:
              ) -> list[tuple[int, int]]:
         """Move messages (RFC 6851): as the user sees it, each is in one place, never both
         once this returns or its recovery has run.  Returns (source UID, target UID) pairs."""
-        if source.id == target.id:
-            raise ValueError("source and target are the same mailbox")
         views = [v for v in self.messages.get(source.id, sorted(set(uids)), None)
                  if state_of(v.state_raw) == COMMITTED]
         if not views:
@@ -285,6 +283,9 @@ class Transfers:
                     table.check_and_put(key, STATE, raw, STATE, with_state(raw, COMMITTED))
             return
         moved: list[tuple[MessageView, int]] = []
+        # Read before the target rows: a target UID at or below it was settled (committed or
+        # abandoned) by then, so one without a row now was committed, shown, and removed since.
+        published = decode_counter(self.boxes.rows.row(target.id, [VISIBLE]).get(VISIBLE))
         for src_uid, dst_uid in op["pairs"]:
             src_key = keys.message_key(source.id, src_uid)
             src = table.row(src_key)
@@ -298,6 +299,13 @@ class Transfers:
                 if dst_state is None:  # nothing to move: give the target UID up
                     table.check_and_put(keys.message_key(target.id, dst_uid), STATE, None,
                                         STATE, ABANDONED)
+                continue
+            if dst_state is None and dst_uid <= published:
+                # The copy was expunged or moved on before this roll forward (clients see both
+                # copies until it runs, in one mailbox when moving into the same one).  Writing
+                # it again would bring back an expunged UID below UIDNEXT, which a syncing
+                # client never looks at again (RFC 3501 2.3.1.1): keep the source copy instead.
+                table.check_and_put(src_key, STATE, raw, STATE, with_state(raw, COMMITTED))
                 continue
             view = _view(src_key, raw, src)
             if dst_state in (COMMITTED, MOVING):

@@ -46,10 +46,11 @@ class Changes:
     flags: list[tuple[int, int, frozenset[str], int]] = field(default_factory=list)
     # (seq, uid, flags, modseq)
     recent_uids: set[int] = field(default_factory=set)  # those of ``flags`` that are \Recent
+    keywords: list[str] | None = None  # every keyword announced, when some are new (7.2.6)
 
     def __bool__(self) -> bool:
         return bool(self.expunged_seqs or self.exists is not None or self.recent is not None
-                    or self.flags)
+                    or self.flags or self.keywords)
 
 
 class SelectedMailbox:
@@ -65,12 +66,16 @@ class SelectedMailbox:
         self.reported_recent = 0  # the \Recent count the client was last told
         # Flag changes this session made and already reported: uid -> their MODSEQ.
         self.own_flags: dict[int, int] = {}
+        # Keywords the client was told of in an untagged FLAGS: RFC 3501 7.2.6 lets a FETCH
+        # show no others, so a new one is announced first (new_keywords).
+        self.announced: set[str] = set()
 
     # -- opening ----------------------------------------------------------------------------
 
     def load(self) -> None:
         """SELECT: the mailbox's index from the store, without reading every message row."""
         self.index = self.store.open_index(self.mailbox)
+        self.announced = set(self.index.keywords)  # SELECT's FLAGS lists them
         self.recent = set()
         # The mailbox row, read just before, gives the watermark: one check-and-put claims.
         self._take_recent(0, self.mailbox.recent_uid)
@@ -130,6 +135,18 @@ class SelectedMailbox:
     def seq_of(self, uid: int) -> int | None:
         return self.index.seq_of(uid)
 
+    def new_keywords(self, shown=()) -> list[str] | None:
+        """Keywords to announce before responses that show the flags ``shown`` (RFC 3501
+        7.2.6, 7.4.2): every keyword announced so far plus the new ones, sorted -- or None when
+        neither ``shown`` nor the index holds a keyword the client has not been told of.
+        Those returned count as announced from now on."""
+        keywords = self.index.keywords
+        keywords.update(f for f in shown if not f.startswith("\\"))
+        if keywords <= self.announced:
+            return None
+        self.announced |= keywords
+        return sorted(self.announced)
+
     def _flags_now(self) -> MailboxIndex | None:
         """The session's index with the flag changes logged since its last refresh applied
         (its UIDs as they are: the client has not been told of anything else yet) -- no row
@@ -150,6 +167,9 @@ class SelectedMailbox:
         if view is None:
             return [uid for uid, flags in self.store.uid_flags(self.mailbox, self.known_visible)
                     if "\\Deleted" in flags.names and self.index.seq_of(uid) is not None]
+        # Keywords set on them meanwhile are in use in the mailbox all the same: announced
+        # with the EXPUNGE (as Dovecot does), though no FETCH will show them now.
+        self.index.keywords |= view.keywords
         return list(view.deleted)
 
     def flag_sets(self) -> dict[str, tuple[bool, set[int]]] | None:
@@ -199,6 +219,7 @@ class SelectedMailbox:
             if self.own_flags.pop(uid, None) != flags.modseq:
                 changes.flags.append((seq, uid, flags.names, flags.modseq))
         index.marks = delta.marks
+        changes.keywords = self.new_keywords()
         return changes
 
     def _rescan(self, changes: Changes) -> None:
@@ -230,6 +251,7 @@ class SelectedMailbox:
                 changes.flags.append((seq, uid, flags.names, flags.modseq))
         self.own_flags.clear()
         self.index = fresh
+        changes.keywords = self.new_keywords()
 
     def _seqs_descending(self, gone: set[int]) -> list[int]:
         """Sequence numbers of ``gone``, highest first: each is still valid when the client

@@ -33,7 +33,7 @@ from ..render import CONTENT, bodystructure, envelope, internaldate, parse_fetch
 from ..render import ENVELOPE as NEED_ENVELOPE
 from ..render import HEADER as NEED_HEADER
 from ..sections import iter_section, resolve
-from .common import flags_list
+from .common import announce_keywords, flags_list
 from .message_cmds import resolve as resolve_set
 
 BATCH = 200
@@ -70,14 +70,16 @@ def _columns(needs: set[str]) -> list[bytes]:
 
 
 def _render_batch(store, mailbox, batch, columns, items, set_seen, seq_of, own,
-                  recent=frozenset()):
+                  recent=frozenset(), shown=None):
     """Read one batch and build its responses (runs in a worker thread).
 
     Returns (responses, gone): responses as (sequence number, segments), each segment bytes
     or a Stream to be pulled; ``gone`` the number of messages left out because their content
     was released and deleted under us (expunged elsewhere: errors.Expunged).  ``recent``:
-    the UIDs that are \\Recent in this session (their FLAGS say so).
+    the UIDs that are \\Recent in this session (their FLAGS say so).  ``shown`` (a set)
+    collects the flags the responses show.
     """
+    shown = set() if shown is None else shown
     views = store.fetch(mailbox, batch, columns)
     seen_now = set()
     if set_seen:
@@ -106,6 +108,7 @@ def _render_batch(store, mailbox, batch, columns, items, set_seen, seq_of, own,
                 parts.append(b"UID %d" % view.uid)
             elif kind == "FLAGS":
                 parts.append(b"FLAGS " + flags_list(view.flags.names, view.uid in recent))
+                shown.update(view.flags.names)
                 wrote_flags = True
             elif kind == "INTERNALDATE":
                 parts.append(b"INTERNALDATE " + internaldate(view.record.internal_date))
@@ -134,6 +137,7 @@ def _render_batch(store, mailbox, batch, columns, items, set_seen, seq_of, own,
             continue
         if view.uid in seen_now and not wrote_flags:
             parts.append(b"FLAGS " + flags_list(view.flags.names, view.uid in recent))
+            shown.update(view.flags.names)
         responses.append((seq, parts))
     return responses, gone
 
@@ -176,10 +180,14 @@ def fetch_command(ctx, uid_mode: bool):
         if ctx.conn.closed or ctx.conn.closing:
             return  # the connection went (or is going) away: nothing more can be sent
         batch = uids[start:start + step]
+        shown: set[str] = set()
         responses, lost = yield ctx.call(_render_batch, ctx.store, selected.mailbox, batch,
                                          columns, items, set_seen, selected.seq_of,
-                                         selected.note_own_flags, selected.recent)
+                                         selected.note_own_flags, selected.recent, shown)
         gone += lost
+        # RFC 3501 7.2.6: a keyword the client was not told of is announced before the FETCH
+        # that shows it (one another session set since our last refresh, say).
+        announce_keywords(ctx, shown)
         for seq, parts in responses:
             if not any(isinstance(p, Stream) for p in parts):
                 ctx.untagged(b"%d FETCH (" % seq + b" ".join(parts) + b")")

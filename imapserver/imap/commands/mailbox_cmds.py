@@ -33,8 +33,8 @@ from ..names import (
 )
 from ..selected import SelectedMailbox
 from ..wire import Atom
+from .common import flags_lines
 
-SYSTEM_FLAGS = ("\\Answered", "\\Flagged", "\\Deleted", "\\Seen", "\\Draft")
 STATUS_ITEMS = ("MESSAGES", "RECENT", "UIDNEXT", "UIDVALIDITY", "UNSEEN")
 
 
@@ -54,13 +54,8 @@ def _select(ctx, readonly: bool):
     ctx.session.selected = None
     selected = yield ctx.call(_open, ctx.store, ctx.session.user, name, readonly)
     ctx.session.selected = selected
-    keywords = sorted(selected.keywords)
-    flags = " ".join(list(SYSTEM_FLAGS) + keywords)
-    ctx.untagged(f"FLAGS ({flags})".encode())
-    if readonly:
-        ctx.untagged(b"OK [PERMANENTFLAGS ()] Read-only mailbox")
-    else:
-        ctx.untagged(f"OK [PERMANENTFLAGS ({flags} \\*)] Flags permitted".encode())
+    for line in flags_lines(sorted(selected.announced), readonly):
+        ctx.untagged(line)
     ctx.untagged(b"%d EXISTS" % selected.exists)
     ctx.untagged(b"%d RECENT" % len(selected.recent))
     if selected.first_unseen is not None:

@@ -24,7 +24,7 @@ from ..context import AUTH, SELECTED, Bad, No, command
 from ..names import decode_name
 from ..seqset import parse_seqset
 from ..wire import Atom, Literal
-from .common import flags_list, report_changes
+from .common import announce_keywords, flags_list, report_changes
 
 _MONTHS = {m: i for i, m in enumerate(calendar.month_abbr) if m}
 
@@ -169,9 +169,7 @@ def _expunge(ctx, only: list[int] | None):
         doomed = selected.deleted_uids() if only is None else only
         return ctx.store.expunge(selected.mailbox, doomed, only_deleted=True) if doomed else []
     gone = yield ctx.call(run)
-    for seq in selected.forget(gone):
-        ctx.untagged(b"%d EXPUNGE" % seq)
-    yield report_changes(ctx)
+    yield report_changes(ctx, expunged=selected.forget(gone))
 
 
 @command("EXPUNGE", SELECTED)
@@ -202,6 +200,9 @@ def _store(ctx, uid_mode: bool):
         return changed, [] if silent else ctx.store.fetch(selected.mailbox, uids)
     changed, views = yield ctx.call(run)
     selected.note_own_flags(changed)  # .SILENT too: the client knows what it set
+    # A keyword new to the client is announced before the FETCH that shows it, .SILENT or
+    # not (RFC 3501 7.2.6; Dovecot does the same).
+    announce_keywords(ctx, (name for view in views for name in view.flags.names))
     for view in views:
         seq = selected.seq_of(view.uid)
         if seq is None:
@@ -234,8 +235,7 @@ def _transfer(ctx, uid_mode: bool, move: bool):
         if not uids:
             return target, []
         if move:
-            if target.id == selected.mailbox.id:
-                raise No("Cannot move a message into its own mailbox", "CANNOT")
+            # Into the selected mailbox itself too (RFC 6851 3.3): new UIDs, old ones expunged.
             return target, ctx.store.move(selected.mailbox, uids, target)
         return target, ctx.store.copy(selected.mailbox, uids, target)
     target, pairs = yield ctx.call(run)
@@ -247,9 +247,8 @@ def _transfer(ctx, uid_mode: bool, move: bool):
         # RFC 6851 4.1: COPYUID goes in an untagged OK before the EXPUNGEs.
         if code:
             ctx.untagged(f"OK [{code}] Moved".encode())
-        for seq in selected.forget([p[0] for p in pairs]):
-            ctx.untagged(b"%d EXPUNGE" % seq)
-        yield report_changes(ctx)
+        # Then FLAGS if the new messages bring keywords, the EXPUNGEs, EXISTS (Dovecot's order).
+        yield report_changes(ctx, expunged=selected.forget([p[0] for p in pairs]))
         ctx.finish(b"OK", "MOVE completed")
     else:
         yield report_changes(ctx)

@@ -1,0 +1,213 @@
+"""A keyword is announced (untagged FLAGS and PERMANENTFLAGS) before any FETCH shows it.
+
+RFC 3501 7.2.6: FLAGS lists the flags applicable to the mailbox; 7.4.2: FETCH FLAGS shows a
+message's flags; 2.3.2: keywords are defined by the server's implementation.  A client (and
+the issue 11 load test) takes a keyword in a FETCH that no FLAGS listed as a protocol error.
+So: in the session that sets it (STORE, .SILENT too), in every other session with the mailbox
+selected on its next refresh (NOOP, IDLE, APPEND, COPY, MOVE, EXPUNGE; read-only sessions get
+``PERMANENTFLAGS ()``), in another ``imapserver`` process on the same store, and when a
+message brings it (APPEND, COPY, MOVE).  Each conversation is also played against Dovecot and
+must give the same responses in the same order (tests/sessiondiff.py says what is normalised).
+
+One deliberate difference: a keyword that lived only on messages expunged before a session
+refreshed is never announced to it (no FETCH can show it); Dovecot keeps one keyword list per
+mailbox and announces it anyway.  The scripts let such sessions refresh in between.  And where
+one refresh reports both a flag change and an expunge, Dovecot sends the FETCH first (numbered
+as before the EXPUNGE), we send it after (numbered after it; RFC 3501 7.4.1 allows both): the
+scripts do not mix the two.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+
+import pytest
+from dovecot import PASSWORD, USER, Dovecot
+from imapproc import ServerProcess, make_users
+from sessiondiff import normalise, play, unannounced_keywords
+
+# Three messages in INBOX, one with a keyword in Other; A and B select INBOX, C examines it.
+SETUP = [("A", "CREATE Other"), ("A", "APPEND INBOX (\\Seen) MSG"), ("A", "APPEND INBOX () MSG"),
+         ("A", "APPEND INBOX (\\Seen) MSG"), ("A", "APPEND Other ($inother) MSG"),
+         ("A", "SELECT INBOX"), ("B", "SELECT INBOX"), ("C", "EXAMINE INBOX")]
+
+SCRIPTS = {
+    # STORE: the storing session hears FLAGS first, also for .SILENT and UID STORE; the
+    # others on their next NOOP (C read-only: PERMANENTFLAGS ()).
+    "store": SETUP + [
+        ("A", "STORE 1 +FLAGS ($foo)"), ("A", "STORE 1 +FLAGS.SILENT ($bar)"),
+        ("A", "NOOP"), ("B", "NOOP"), ("C", "NOOP"),
+        ("A", "UID STORE 3 +FLAGS (baz)"), ("A", "STORE 2 FLAGS ($foo)"),
+        ("A", "STORE 1 -FLAGS ($foo)"), ("B", "NOOP"), ("C", "NOOP"), ("A", "NOOP")],
+    # A message that brings a keyword: APPEND by another session, COPY and MOVE from another
+    # mailbox, MOVE within the mailbox, EXPUNGE in the session that also learns a keyword.
+    "arrivals": SETUP + [
+        ("B", "APPEND INBOX ($new1) MSG"), ("A", "NOOP"), ("C", "NOOP"),
+        ("A", "APPEND INBOX ($new2) MSG"), ("B", "NOOP"), ("C", "NOOP"),
+        ("D", "SELECT Other"), ("D", "COPY 1 INBOX"), ("A", "NOOP"), ("B", "NOOP"),
+        ("D", "STORE 1 +FLAGS ($moved)"), ("D", "UID MOVE 1 INBOX"), ("A", "NOOP"),
+        ("B", "NOOP"), ("C", "NOOP"),
+        ("B", "STORE 2 +FLAGS ($self \\Deleted)"), ("A", "MOVE 2 INBOX"), ("B", "NOOP"),
+        ("C", "NOOP"),
+        ("B", "STORE 1 +FLAGS ($gone \\Deleted)"), ("C", "NOOP"), ("A", "EXPUNGE"),
+        ("B", "NOOP"), ("C", "NOOP")],
+    # IDLE: the push carries FLAGS before the FETCH or EXISTS that needs it.
+    "idle": SETUP + [
+        ("B", "IDLE"), ("A", "STORE 2 +FLAGS ($idle1)"), ("B", "DONE 3"),
+        ("B", "IDLE"), ("A", "APPEND INBOX ($idle2) MSG"), ("B", "DONE 3"),
+        ("C", "NOOP")],
+}
+
+
+@pytest.fixture
+def dovecot(tmp_path):
+    """A fresh Dovecot per test: UIDs, like ours, start at 1."""
+    with Dovecot(tmp_path / "dovecot") as server:
+        yield server
+
+
+@pytest.fixture
+def data_dir(tmp_path):
+    path = str(tmp_path / "data")
+    make_users(path, (USER, PASSWORD))
+    return path
+
+
+@pytest.mark.parametrize("name", sorted(SCRIPTS))
+def test_keywords_are_announced_as_dovecot_does(name, data_dir, dovecot):
+    """RFC 3501 7.2.6, 7.4.2: no FETCH shows an unannounced keyword, and the responses, in
+    order, are Dovecot's."""
+    script = SCRIPTS[name]
+    with ServerProcess(data_dir) as server:
+        ours = play(server.port, script)
+    assert unannounced_keywords(ours) == []
+    theirs = play(dovecot.port, script)
+    assert unannounced_keywords(theirs) == []   # the check itself agrees with Dovecot
+    assert normalise(ours) == normalise(theirs)
+
+
+def test_store_announces_the_keyword_before_its_fetch(data_dir):
+    """RFC 3501 7.2.6 (issue 11, case 4): the exact bytes in the storing session."""
+    with ServerProcess(data_dir) as server:
+        out = play(server.port, SETUP + [("A", "STORE 1 +FLAGS ($foo)")])
+    untagged = out[-1][2]
+    assert untagged == [
+        b"* FLAGS (\\Answered \\Flagged \\Deleted \\Seen \\Draft $foo)\r\n",
+        b"* OK [PERMANENTFLAGS (\\Answered \\Flagged \\Deleted \\Seen \\Draft $foo \\*)]"
+        b" Flags permitted\r\n",
+        b"* 1 FETCH (FLAGS ($foo \\Seen))\r\n"]
+
+
+def test_a_session_in_another_process_learns_the_keyword(data_dir, dovecot):
+    """RFC 3501 7.2.6 across processes: B is served by a second imapserver on the same store
+    and learns A's new keywords on NOOP, in IDLE and from APPEND -- the same responses as two
+    sessions of one Dovecot."""
+    script = SETUP + [
+        ("A", "STORE 1 +FLAGS ($far)"), ("B", "NOOP"),
+        ("B", "IDLE"), ("A", "STORE 3 +FLAGS ($far2)"), ("B", "DONE 3"),
+        ("A", "APPEND INBOX ($far3) MSG"), ("B", "NOOP"), ("C", "NOOP")]
+    with ServerProcess(data_dir) as one, ServerProcess(data_dir) as two:
+        ours = play({"A": one.port, "B": two.port, "C": two.port}, script)
+    assert unannounced_keywords(ours) == []
+    theirs = play(dovecot.port, script)
+    assert normalise(ours) == normalise(theirs)
+
+
+def test_fetch_announces_a_keyword_set_by_another_session(data_dir):
+    """RFC 3501 7.2.6, 7.4.2: B FETCHes the flags of a message A gave a new keyword, before
+    any refresh told B of it: FLAGS (and PERMANENTFLAGS) come before that FETCH, and B's
+    next NOOP does not announce it again.  (Dovecot also refreshes the other session's flag
+    changes during FETCH and so repeats the FETCH; we report that change on NOOP instead,
+    as RFC 3501 7 allows; only the announcement is compared here.)"""
+    script = SETUP + [("A", "STORE 2 +FLAGS ($elsewhere)"), ("B", "FETCH 1:3 (FLAGS)"),
+                      ("B", "NOOP"), ("C", "FETCH 2 (UID FLAGS)"),
+                      ("A", "STORE 2 +FLAGS ($seen_by_fetch)"), ("B", "FETCH 2 BODY[]")]
+    with ServerProcess(data_dir) as server:
+        ours = play(server.port, script)
+    assert unannounced_keywords(ours) == []
+    fetch = ours[len(SETUP) + 1][2]
+    assert fetch[0].startswith(b"* FLAGS (") and b"$elsewhere" in fetch[0]
+    assert fetch[1].startswith(b"* OK [PERMANENTFLAGS (") and b"$elsewhere" in fetch[1]
+    assert fetch[2:] == [b"* 1 FETCH (FLAGS (\\Seen))\r\n",
+                         b"* 2 FETCH (FLAGS ($elsewhere))\r\n",
+                         b"* 3 FETCH (FLAGS (\\Seen))\r\n"]
+    assert not any(r.startswith(b"* FLAGS") for r in ours[len(SETUP) + 2][2])   # B NOOP
+    examine = ours[len(SETUP) + 3][2]
+    assert examine[1] == b"* OK [PERMANENTFLAGS ()] Read-only mailbox\r\n"
+    # FETCH BODY[] sets \Seen and so shows the flags: the keyword is announced first too.
+    body = ours[-1][2]
+    assert b"$seen_by_fetch" in body[0] and body[2].startswith(b"* 2 FETCH (")
+    assert b"FLAGS (" in body[2] and b"$seen_by_fetch" in body[2]
+
+
+
+def test_no_unannounced_keyword_under_a_random_load(data_dir):
+    """RFC 3501 7.2.6 under load (issue 11: every protocol error of its 20-client run was
+    this): six sessions on two server processes store, fetch, append, copy and move (into
+    the mailbox itself too) with random keywords for a few seconds; no FETCH of any session
+    shows a keyword its session was not told of first."""
+    rng = random.Random(11)
+    plans = []
+    for _ in range(6):
+        steps = [("S", "SELECT INBOX")]
+        for _ in range(300):
+            kw, uid = f"$k{rng.randrange(12)}", rng.randint(1, 40)
+            steps.append(("S", rng.choice([
+                f"UID STORE {uid} +FLAGS ({kw})", f"UID STORE {uid} +FLAGS.SILENT ({kw})",
+                f"UID STORE {uid} -FLAGS ({kw})", "FETCH 1:* (FLAGS)", "NOOP",
+                f"APPEND INBOX ({kw}) MSG", f"UID MOVE {uid} INBOX", f"UID COPY {uid} INBOX",
+                f"UID FETCH {uid} (UID FLAGS)", "NOOP"])))
+        plans.append(steps)
+    results: list = [None] * len(plans)
+    with ServerProcess(data_dir) as one, ServerProcess(data_dir) as two:
+        play(one.port, [("S", "APPEND INBOX () MSG")] * 5)
+        deadline = time.monotonic() + 3.0   # a few seconds of load in all
+
+        def run(i: int) -> None:
+            results[i] = play((one, two)[i % 2].port, plans[i], deadline=deadline)
+
+        threads = [threading.Thread(target=run, args=(i,)) for i in range(len(plans))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+    assert all(r is not None for r in results)
+    assert sum(len(r) for r in results) > 60           # the load did run
+    for transcript in results:
+        assert unannounced_keywords(transcript) == []
+        assert all(tagged.split()[1] == b"OK" for _, _, _, tagged in transcript), transcript
+
+
+@pytest.mark.parametrize("log_kept", [True, False])
+def test_a_refresh_announces_new_keywords_once(tmp_path, log_kept):
+    """RFC 3501 7.2.6 in the session's refresh, both when the change log reaches back and
+    when it was trimmed and the session rescans the mailbox: keywords new to the session are
+    returned (all announced ones, sorted) before the FETCH that shows them, and only once."""
+    from imapserver.imap.selected import SelectedMailbox
+    from mailstore.backends.embedded import EmbeddedBackend
+    from mailstore.store import MailStore
+    from tests.mailgen import message
+
+    store = MailStore(EmbeddedBackend(str(tmp_path / "s")))
+    store.create_user("u", "pw")
+    for i in range(3):
+        store.append("u", "INBOX", message(i), flags=["$old"] if i == 0 else [])
+    inbox = store.mailbox("u", "INBOX")
+    session = SelectedMailbox(store, inbox, readonly=False)
+    session.load()
+    assert session.announced == {"$old"}
+    uids = list(session.uids)
+    store.store_flags(inbox, [uids[1]], ["$b"], "add")
+    store.append("u", "INBOX", message(9), flags=["$a"])
+    if not log_kept:
+        store.changes.trim(inbox.id, store.changes.marks(inbox.id)[1] + 1)
+        assert store.changes_since(inbox, session.index.marks) is None
+    changes = session.refresh()
+    assert changes.keywords == ["$a", "$b", "$old"]
+    assert [(seq, names) for seq, _uid, names, _m in changes.flags] == [(2, {"$b"})]
+    assert session.refresh().keywords is None
+    assert session.new_keywords(["$b", "\\Seen"]) is None
+    assert session.new_keywords(["$c"]) == ["$a", "$b", "$c", "$old"]
+    store.close()
