@@ -115,6 +115,9 @@ def test_flag_changes_and_moves_through_one_frontend_reach_the_other(tmp_path):
 
         start = time.monotonic()
         editor.cmd("st", "STORE 2 +FLAGS.SILENT (\\Seen $Todo)")
+        # The new keyword is announced before the FETCH that shows it (RFC 3501 7.2.6).
+        assert watcher.read_line().startswith(b"* FLAGS (")
+        assert watcher.read_line().startswith(b"* OK [PERMANENTFLAGS (")
         line = watcher.read_line()
         assert time.monotonic() - start < 1.5
         assert re.fullmatch(rb"\* 2 FETCH \(UID 2 FLAGS \((\\Seen \$Todo|\$Todo \\Seen)\)\)",

@@ -97,7 +97,7 @@ def test_store_announces_the_keyword_before_its_fetch(data_dir):
         b"* FLAGS (\\Answered \\Flagged \\Deleted \\Seen \\Draft $foo)\r\n",
         b"* OK [PERMANENTFLAGS (\\Answered \\Flagged \\Deleted \\Seen \\Draft $foo \\*)]"
         b" Flags permitted\r\n",
-        b"* 1 FETCH (FLAGS ($foo \\Seen))\r\n"]
+        b"* 1 FETCH (FLAGS ($foo \\Seen \\Recent))\r\n"]  # recent to this session (2.3.2)
 
 
 def test_a_session_in_another_process_learns_the_keyword(data_dir, dovecot):
