@@ -5,6 +5,11 @@ and thread; the store is synchronous and is called from a thread pool (``deferTo
 IMAP side, ``asyncio.to_thread`` on the delivery side), so one slow HBase call never stalls the
 other connections.
 
+A process that cannot start (a port in use, a bad certificate, an unreachable HBase, a data
+directory it cannot write) prints ``imapserver: cannot ...: <why>`` on stderr and exits at once
+with status 1 (2 for a bad setting), having stopped whatever it had started.  SIGTERM and
+SIGINT stop it gracefully once it runs, and end it at once before and after.
+
 Each listener prints one line ``<name> listening on <host>:<port>`` once it is bound.  A port of
 0 disables a listener (as in the config file); ``auto`` on the command line binds a port the kernel
 chooses, and the printed line is how scripts and tests learn it.  (Picking a free port in the test
@@ -20,7 +25,6 @@ import sys
 
 from mailstore import config as configmod
 from mailstore.backends import open_backend
-from mailstore.errors import MailStoreError
 from mailstore.store import MailStore
 
 
@@ -96,7 +100,7 @@ def main(argv: list[str] | None = None) -> int:
     except (configmod.ConfigError, ValueError) as exc:
         print(f"imapserver: {exc}", file=sys.stderr)
         return 2
-    except MailStoreError as exc:
+    except Exception as exc:  # MailStoreError, an unusable data directory (OSError), ...
         print(f"imapserver: cannot open the store: {exc}", file=sys.stderr)
         return 1
 
@@ -119,25 +123,43 @@ def main(argv: list[str] | None = None) -> int:
                 services.append(_MetricsService(metrics))
             services.extend(start_services(store, cfg, reactor, loop, announce))
         except Exception as exc:  # a port in use, a bad certificate, ...
-            print(f"imapserver: cannot start: {exc}", file=sys.stderr)
-            reactor.stop()
+            print(f"imapserver: cannot start: {exc}", file=sys.stderr, flush=True)
             started.failed = True  # type: ignore[attr-defined]
+            # start_services undid its own partial start; this stops the metrics server.
+            _stop()
 
     started.failed = False  # type: ignore[attr-defined]
+    stopping = []
 
     def shutdown(*_args) -> None:
         reactor.callFromThread(_stop)
 
     def _stop() -> None:
+        if stopping:
+            return  # a second signal while the first one's graceful stop runs
+        stopping.append(True)
         d = stop_services(services, reactor, loop)
-        d.addBoth(lambda _: reactor.stop() if reactor.running else None)
+        d.addBoth(lambda _: _stop_reactor(reactor))
 
     reactor.callWhenRunning(started)
     signal.signal(signal.SIGTERM, shutdown)
     signal.signal(signal.SIGINT, shutdown)
-    reactor.run(installSignalHandlers=False)
+    try:
+        reactor.run(installSignalHandlers=False)
+    finally:
+        # From here on the reactor cannot act on a signal: let SIGTERM end the process.
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
     store.close()
     return 1 if started.failed else 0  # type: ignore[attr-defined]
+
+
+def _stop_reactor(reactor) -> None:
+    from twisted.internet.error import ReactorNotRunning
+    try:
+        reactor.stop()
+    except ReactorNotRunning:
+        pass
 
 
 if __name__ == "__main__":

@@ -3,6 +3,9 @@
 Each protocol package exposes ``start(store, cfg, reactor, loop, announce)`` returning a list of
 running services; a service has ``name`` and ``stop()``, which returns a Deferred, an awaitable
 or None.  Stopping stops accepting first, then lets the protocol finish or close its sessions.
+A service that holds threads also has ``abort()``, which releases them at once (synchronously):
+start-up calls it when a later service fails, as the reactor will not run to finish a ``stop``.
+A ``start`` that fails undoes its own partial work before raising.
 """
 
 from __future__ import annotations
@@ -14,11 +17,22 @@ from twisted.internet import defer
 
 
 def start_services(store, cfg, reactor, loop, announce) -> list:
+    """Start every protocol's listeners.  Each ``start`` undoes its own partial work when it
+    fails; if a later one fails, the earlier ones are aborted here before the error
+    propagates, so that a process that cannot start holds no port and no thread (a thread
+    pool left running would keep it from exiting)."""
     from . import delivery, imap
 
-    services = []
-    services += imap.start(store, cfg, reactor, loop, announce)
-    services += delivery.start(store, cfg, reactor, loop, announce)
+    services: list = []
+    try:
+        services += imap.start(store, cfg, reactor, loop, announce)
+        services += delivery.start(store, cfg, reactor, loop, announce)
+    except BaseException:
+        for service in services:
+            abort = getattr(service, "abort", None)
+            if abort is not None:
+                abort()
+        raise
     return services
 
 

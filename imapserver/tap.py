@@ -4,11 +4,16 @@
 
 The asyncio reactor is required because the SMTP/LMTP listeners (aiosmtpd) share its event
 loop.  Options are those of the ``imapserver`` command (see ``imapserver --help``).
+
+A service that cannot start prints ``imapserver: cannot start: <why>``, stops what it had
+started and raises :class:`StartError`: twistd then exits with a non-zero status (and, when
+daemonizing, its parent reports the error) instead of running without listeners.
 """
 
 from __future__ import annotations
 
 import asyncio
+import sys
 
 from twisted.application import service
 from twisted.python import usage
@@ -31,6 +36,10 @@ class Options(usage.Options):
             raise usage.UsageError("bad imapserver options (see imapserver --help)") from exc
 
 
+class StartError(Exception):
+    """The service could not start (the message says why)."""
+
+
 class ImapService(service.Service):
     def __init__(self, argv: list[str]):
         self.argv = argv
@@ -46,11 +55,20 @@ class ImapService(service.Service):
             raise RuntimeError("run twistd with --reactor=asyncio (aiosmtpd shares its loop)")
         from .memory import pin_malloc_threshold
         pin_malloc_threshold()
-        cfg = load_config(build_parser().parse_args(self.argv))
-        self.store = open_store(cfg)
-        loop = reactor._asyncioEventloop
-        asyncio.set_event_loop(loop)
-        self.services = start_services(self.store, cfg, reactor, loop, announce)
+        try:
+            cfg = load_config(build_parser().parse_args(self.argv))
+            self.store = open_store(cfg)
+            loop = reactor._asyncioEventloop
+            asyncio.set_event_loop(loop)
+            # start_services stops what it had started when a listener fails.
+            self.services = start_services(self.store, cfg, reactor, loop, announce)
+        except Exception as exc:  # a port in use, a bad certificate, an unusable store, ...
+            message = f"imapserver: cannot start: {exc}"
+            print(message, file=sys.stderr, flush=True)
+            if self.store is not None:
+                self.store.close()
+                self.store = None
+            raise StartError(message) from None
 
     def stopService(self):
         from twisted.internet import reactor

@@ -17,6 +17,7 @@ import os
 import re
 import signal
 import socket
+import sqlite3
 import ssl
 import subprocess
 import time
@@ -78,11 +79,12 @@ class Conn:
             try:
                 chunk = self.sock.recv(65536)
             except TimeoutError:
-                raise AssertionError(f"not closed within {timeout}s; got {data!r}") from None
+                raise AssertionError(f"not closed within {timeout}s; got {len(data)} octets "
+                                     f"ending {data[-200:]!r}") from None
             if not chunk:
                 return data
             data += chunk
-            assert time.monotonic() < deadline, data
+            assert time.monotonic() < deadline, f"still sending after {timeout}s"
 
     def close(self) -> None:
         self.sock.close()
@@ -208,6 +210,39 @@ def test_shutdown_bye_closes_the_connection(tmp_path, certs, transport):
         assert c.until_closed(15) == b"* BYE Server shutting down\r\n"
         c.close()
         assert server.proc.wait(timeout=30) == 0
+    finally:
+        server.stop()
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_failure_inside_a_streamed_literal_closes_the_connection(tmp_path, certs, transport):
+    """RFC 3501 4.3: once ``{n}`` is sent, n octets must follow; if the content cannot be read
+    half way (a chunk missing from the store), the literal cannot be completed nor the stream
+    resynchronised, so the server closes the connection -- over TLS too (close_notify), and
+    without writing a BYE line into the literal."""
+    server = start(tmp_path, certs)
+    try:
+        c = Conn(server, certs, transport)
+        data = message(3, size=3 * 1024 * 1024)
+        c.sock.sendall(b"a APPEND INBOX {%d+}\r\n" % len(data) + data + b"\r\n")
+        while not c.line().startswith(b"a "):
+            pass
+        # Remove a chunk past the first MiB of the content, behind the server's back.
+        db = sqlite3.connect(os.path.join(server.data_dir, "store.sqlite3"))
+        table = next(name for (name,) in db.execute("SELECT name FROM sqlite_master")
+                     if name.endswith("JAMES_CONTENT"))
+        assert db.execute(f'DELETE FROM "{table}" WHERE col = ?', (b"c:6",)).rowcount == 1
+        db.commit()
+        db.close()
+        assert c.cmd("s", "SELECT INBOX")[-1].startswith(b"s OK")
+        c.sock.sendall(b"f FETCH 1 (BODY.PEEK[])\r\n")
+        out = c.until_closed(15)
+        head = b"* 1 FETCH (BODY[] {%d}\r\n" % len(data)
+        assert out.startswith(head)
+        sent = out[len(head):]
+        assert len(sent) < len(data)
+        assert data.startswith(sent), sent[-200:]  # cut short, with nothing else inside
+        c.close()
     finally:
         server.stop()
 

@@ -59,12 +59,24 @@ def start(store, cfg, reactor, loop: asyncio.AbstractEventLoop, announce) -> lis
                         plus_addressing=section["plus_addressing"],
                         over_quota_code=section["over_quota_code"])
     limit = cfg["store"]["max_message_size"]
-    listeners = []
+    wanted = []
     for name, key, protocol, lmtp in (("smtp", "smtp_port", StoreSMTP, False),
                                       ("lmtp", "lmtp_port", StoreLMTP, True)):
         port = listen_port(section[key])
-        if port is None:
-            continue
+        if port is not None:
+            wanted.append((name, port, protocol, lmtp))
+    # Every socket is bound before any serves: if one cannot be (a port in use), the others
+    # are closed again and nothing was started.
+    sockets: list[socket.socket] = []
+    try:
+        for _name, port, _protocol, _lmtp in wanted:
+            sockets.append(_listen(section["host"], port))
+    except BaseException:
+        for sock in sockets:
+            sock.close()
+        raise
+    listeners = []
+    for (name, _port, protocol, lmtp), sock in zip(wanted, sockets, strict=True):
         handler = DeliveryHandler(store, settings, lmtp=lmtp)
         connections: set = set()
 
@@ -74,7 +86,6 @@ def start(store, cfg, reactor, loop: asyncio.AbstractEventLoop, announce) -> lis
                             hostname=settings.hostname,
                             ident=f"{'LMTP' if lmtp else 'ESMTP'} imapserver", loop=loop)
 
-        sock = _listen(section["host"], port)
         # The socket already listens; create_server only starts accepting from it.
         serving = asyncio.ensure_future(loop.create_server(factory, sock=sock), loop=loop)
         bound = sock.getsockname()[1]
@@ -91,6 +102,9 @@ def _listen(host: str, port: int) -> socket.socket:
         sock.bind((host, port))
         sock.listen(128)
         sock.setblocking(False)
+    except OSError as exc:
+        sock.close()
+        raise OSError(exc.errno, f"Couldn't listen on {host}:{port}: {exc.strerror}") from None
     except BaseException:
         sock.close()
         raise

@@ -33,6 +33,9 @@ class _Listener:
         d = self.port.stopListening()
         return d
 
+    def abort(self) -> None:
+        self.port.stopListening()
+
 
 class _Shutdown:
     name = "imap-sessions"
@@ -43,28 +46,41 @@ class _Shutdown:
     def stop(self):
         return self.server.stop()
 
+    def abort(self) -> None:
+        """Start-up failed: no connection was ever served, the idle threads just end."""
+        self.server.threadpool.stop()
+
 
 def start(store, cfg, reactor, loop, announce) -> list:
+    """Open the listeners; the services to stop.  If one cannot be opened (a port in use),
+    what was already started is stopped again before the error propagates: an IMAPServer's
+    thread pool left running would keep the process from exiting."""
     context = tls_context(cfg)
-    server = IMAPServer(store, cfg, reactor, context)
     host = cfg["imap"]["host"]
-    services = []
     plain_port = listen_port(cfg["imap"]["port"])
     tls_port = listen_port(cfg["imap"]["imaps_port"])
-    if plain_port is not None:
-        port = reactor.listenTCP(plain_port, server, interface=host,
-                                 backlog=cfg["imap"]["listen_backlog"])
-        announce("imap", host, port.getHost().port)
-        services.append(_Listener("imap", port, server))
-    if tls_port is not None and context is not None:
-        tls_server = IMAPServer(store, cfg, reactor, context)
-        tls_server.implicit_tls = True
-        port = reactor.listenSSL(tls_port, tls_server, context,
-                                 backlog=cfg["imap"]["listen_backlog"],
-                                 interface=host)
-        announce("imaps", host, port.getHost().port)
-        services.append(_Listener("imaps", port, tls_server))
-        services.append(_Shutdown(tls_server))
+    servers: list[IMAPServer] = []
+    listeners: list[_Listener] = []
+    try:
+        server = IMAPServer(store, cfg, reactor, context)
+        servers.append(server)
+        if plain_port is not None:
+            port = reactor.listenTCP(plain_port, server, interface=host,
+                                     backlog=cfg["imap"]["listen_backlog"])
+            listeners.append(_Listener("imap", port, server))
+            announce("imap", host, port.getHost().port)
+        if tls_port is not None and context is not None:
+            tls_server = IMAPServer(store, cfg, reactor, context)
+            tls_server.implicit_tls = True
+            servers.append(tls_server)
+            port = reactor.listenSSL(tls_port, tls_server, context,
+                                     backlog=cfg["imap"]["listen_backlog"],
+                                     interface=host)
+            listeners.append(_Listener("imaps", port, tls_server))
+            announce("imaps", host, port.getHost().port)
+    except BaseException:
+        for started in [*listeners, *(_Shutdown(s) for s in servers)]:
+            started.abort()
+        raise
     server.start_sweeping()  # one per process: the TLS listener's server shares the store
-    services.append(_Shutdown(server))
-    return services
+    return [*listeners, *(_Shutdown(s) for s in reversed(servers))]
