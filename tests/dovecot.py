@@ -80,7 +80,7 @@ class Dovecot:
     def _configure(self) -> Path:
         d = self.dir
         mail = d / "mail"
-        mail.mkdir(exist_ok=True)
+        mail.mkdir(parents=True, exist_ok=True)
         if self._own_dir:
             os.chmod(d, 0o755)
             nobody = pwd.getpwnam("nobody")
