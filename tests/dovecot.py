@@ -38,20 +38,49 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
-class Dovecot:
-    """``with Dovecot(tmp_path) as server: RawImap(server.port)`` -- a running Dovecot."""
+# The folders ``MailStore.create_user`` gives every account (mailstore/mailboxes.py
+# DEFAULT_FOLDERS), as Dovecot namespace settings: created, subscribed, with their SPECIAL-USE.
+SPECIAL_USE_FOLDERS = "".join(
+    f"  mailbox {name} {{\n    special_use = \\{name}\n    auto = subscribe\n  }}\n"
+    for name in ("Drafts", "Sent", "Trash", "Junk", "Archive"))
 
-    def __init__(self, workdir: Path, timeout: float = 15.0):
+
+class Dovecot:
+    """``with Dovecot(tmp_path) as server: RawImap(server.port)`` -- a running Dovecot.
+
+    By default it is the minimal server described above (maildir, one user ``test``, Dovecot's
+    own hierarchy separator).  ``like_ours=True`` makes it look like a fresh account of ours
+    for differential tests: ``/`` as separator with no name restrictions (sdbox), INBOX plus
+    the default special-use folders, subscribed; and a short ``auth_failure_delay``.  Add
+    accounts while it runs with :meth:`add_user` (one passwd-file per user).  ``extra_config``
+    is appended to the configuration (plugins and settings an extension's tests need).
+    """
+
+    def __init__(self, workdir: Path, timeout: float = 15.0, like_ours: bool = False,
+                 extra_config: str = ""):
         self.timeout = timeout
+        self.like_ours = like_ours
+        self.extra_config = extra_config  # e.g. mail_plugins for an extension's scripts
         self._own_dir = os.getuid() == 0
         self.dir = Path(tempfile.mkdtemp(prefix="dovecot-")) if self._own_dir else workdir
         self.port = 0
         self.proc: subprocess.Popen | None = None
+        self._uid = self._gid = -1
+
+    def add_user(self, name: str, password: str) -> None:
+        """A fresh, empty account ``name`` with its own home directory."""
+        home = self.dir / "homes" / name
+        home.mkdir(parents=True)
+        os.chown(home, self._uid, self._gid)
+        # One passwd-file per user (``args = users/%u``): a file Dovecot has not read yet
+        # cannot be a stale cached copy, however quickly users are added.
+        (self.dir / "users" / name).write_text(
+            f"{name}:{{PLAIN}}{password}:{self._uid}:{self._gid}::{home}::\n")
 
     def _configure(self) -> Path:
         d = self.dir
         mail = d / "mail"
-        mail.mkdir(exist_ok=True)
+        mail.mkdir(parents=True, exist_ok=True)
         if self._own_dir:
             os.chmod(d, 0o755)
             nobody = pwd.getpwnam("nobody")
@@ -69,7 +98,20 @@ class Dovecot:
             # Without root there is no chroot(); these two services chroot by default.
             services = "service anvil {\n  chroot =\n}\n"
             login_chroot = "  chroot =\n"
-        (d / "passwd").write_text(f"{USER}:{{PLAIN}}{PASSWORD}:{uid}:{gid}::{mail}::\n")
+        self._uid, self._gid = uid, gid
+        homes = d / "homes"
+        homes.mkdir(exist_ok=True)
+        os.chown(homes, uid, gid)
+        if self.like_ours:
+            location = "sdbox:~/sdbox"
+            extra = ("auth_failure_delay = 0\n"
+                     "namespace inbox {\n  inbox = yes\n  separator = /\n  prefix =\n"
+                     "  mailbox INBOX {\n    auto = subscribe\n  }\n"
+                     + SPECIAL_USE_FOLDERS + "}\n")
+        else:
+            location, extra = f"maildir:{mail}/Maildir", ""
+        (d / "users").mkdir(exist_ok=True)
+        (d / "users" / USER).write_text(f"{USER}:{{PLAIN}}{PASSWORD}:{uid}:{gid}::{mail}::\n")
         conf = d / "dovecot.conf"
         conf.write_text(f"""\
 protocols = imap
@@ -80,14 +122,14 @@ log_path = {d}/dovecot.log
 ssl = no
 disable_plaintext_auth = no
 auth_mechanisms = plain
-{users}mail_location = maildir:{mail}/Maildir
-passdb {{
+{users}mail_location = {location}
+{extra}{self.extra_config}passdb {{
   driver = passwd-file
-  args = {d}/passwd
+  args = {d}/users/%u
 }}
 userdb {{
   driver = passwd-file
-  args = {d}/passwd
+  args = {d}/users/%u
 }}
 service imap-login {{
   inet_listener imap {{

@@ -1,0 +1,477 @@
+"""Where our server and Dovecot may differ, by name: deliberate differences and known defects.
+
+A script names the entries it needs (``Script(deliberate=(...), defects=(...))``); each is a
+hook over the pair of normalised events of one step (ours, Dovecot's) that brings the two to
+a common form only where the difference is exactly the one described, so anything else still
+shows.  An entry a script names that never applies is reported as stale.
+docs/differential.md holds the table of :data:`differential.DELIBERATE`; keep it in step.
+
+``KNOWN_DEFECTS`` masks defects being fixed on other branches; each raises
+:class:`differential.DefectFixed` as soon as our server behaves, so the mask goes with the fix.
+"""
+
+from __future__ import annotations
+
+import re
+
+from differential import (
+    DefectFixed,
+    Event,
+    Response,
+    answers,
+    command_text,
+    deliberate,
+    known_defect,
+    response_lines,
+    word,
+)
+
+SPECIAL_USE = {b"\\ALL", b"\\ARCHIVE", b"\\DRAFTS", b"\\FLAGGED", b"\\JUNK", b"\\SENT",
+               b"\\TRASH"}
+CHILD_INFO = {b"\\HASCHILDREN", b"\\HASNOCHILDREN"}
+
+
+def _data(event: Event, name: bytes):
+    """The untagged data responses of ``event`` whose first word is ``name``."""
+    return [r for r in event.responses
+            if r.kind == "data" and r.data and word(r.data[0]) == name]
+
+
+def _listings(event: Event) -> dict[bytes, Response]:
+    return {r.data[3]: r for r in _data(event, b"LIST") if len(r.data) > 3}
+
+
+def _strip_attributes(r: Response, drop) -> bool:
+    attrs = r.data[1]
+    kept = [a for a in attrs if not drop(word(a))]
+    if len(kept) != len(attrs):
+        r.data[1] = kept
+        return True
+    return False
+
+
+def _tagged(event: Event) -> Response | None:
+    tagged = [r for r in event.responses if r.kind == "tagged"]
+    return tagged[-1] if tagged else None
+
+
+# -- deliberate differences -------------------------------------------------------------------
+
+
+@deliberate("unsolicited-fetch-uid",
+            "Our unsolicited FETCH (another session's flag change, reported by NOOP, IDLE or any "
+            "other command) carries UID as well as FLAGS; Dovecot sends FLAGS alone. RFC 3501 "
+            "7.4.2 lets a server send any data item, and with the UID a client applies the "
+            "change without a sequence-number lookup (RFC 7162 3.2.4 makes it mandatory under "
+            "QRESYNC). UID is removed from FLAGS-only FETCH responses to commands other than "
+            "FETCH, STORE and UID commands.")
+def _unsolicited_fetch_uid(ours: Event, dovecot: Event) -> bool:
+    name = command_text(ours).split(" ", 1)[0].upper()
+    if name in ("UID", "FETCH", "STORE"):
+        return False
+    changed = False
+    for r in ours.responses:
+        if r.kind == "data" and len(r.data) == 3 and word(r.data[1]) == b"FETCH" \
+                and isinstance(r.data[2], list):
+            items = r.data[2]
+            names = sorted(word(items[k]) for k in range(0, len(items), 2))
+            if names == [b"FLAGS", b"UID"]:
+                r.data[2] = [x for k in range(0, len(items) - 1, 2)
+                             if word(items[k]) != b"UID" for x in items[k:k + 2]]
+                changed = True
+    return changed
+
+
+@deliberate("list-extra-attributes",
+            "We return \\HasChildren/\\HasNoChildren and the special-use attributes on every "
+            "LIST response (we advertise CHILDREN, RFC 3348 section 3, and RFC 6154 section 2 "
+            "lets a server include special-use attributes in any LIST); Dovecot leaves them "
+            "out of an extended LIST (RFC 5258) unless RETURN (CHILDREN) or (SPECIAL-USE) "
+            "asks for them. Removed from ours where Dovecot has none and they were not asked "
+            "for.")
+def _list_extra_attributes(ours: Event, dovecot: Event) -> bool:
+    text = command_text(ours).upper()
+    changed = False
+    theirs = _listings(dovecot)
+    for name, r in _listings(ours).items():
+        other = theirs.get(name)
+        present = {word(a) for a in other.data[1]} if other is not None else set()
+
+        def drop(attr, present=present):
+            if attr in present:
+                return False
+            if attr in CHILD_INFO:
+                return "CHILDREN" not in text
+            return attr in SPECIAL_USE and "SPECIAL-USE" not in text
+        changed |= _strip_attributes(r, drop)
+    return changed
+
+
+@deliberate("dovecot-marked",
+            "Dovecot adds \\Marked/\\UnMarked (RFC 3501 7.2.2: optional) to some LIST "
+            "responses; we do not track whether a mailbox was 'marked' and never send them. "
+            "Removed from Dovecot's.")
+def _dovecot_marked(ours: Event, dovecot: Event) -> bool:
+    changed = False
+    for r in _data(dovecot, b"LIST") + _data(dovecot, b"LSUB"):
+        changed |= _strip_attributes(r, lambda a: a in (b"\\MARKED", b"\\UNMARKED"))
+    return changed
+
+
+@deliberate("dovecot-lsub-special-use",
+            "Dovecot puts special-use attributes on LSUB responses; RFC 6154 defines them for "
+            "LIST only and we send none on LSUB. Removed from Dovecot's.")
+def _dovecot_lsub_special_use(ours: Event, dovecot: Event) -> bool:
+    changed = False
+    for r in _data(dovecot, b"LSUB"):
+        changed |= _strip_attributes(r, lambda a: a in SPECIAL_USE)
+    return changed
+
+
+@deliberate("dovecot-qresync-codes",
+            "Dovecot, which advertises QRESYNC and CONDSTORE, sends '* OK [CLOSED]' when a "
+            "SELECT/EXAMINE closes the previous mailbox (RFC 7162 3.2.11) and 'OK "
+            "[CLIENTBUG]' for STATUS of the selected mailbox; we advertise neither extension "
+            "and RFC 5530 codes are optional. Removed from Dovecot's.")
+def _dovecot_qresync_codes(ours: Event, dovecot: Event) -> bool:
+    before = len(dovecot.responses)
+    dovecot.responses[:] = [r for r in dovecot.responses
+                            if not (r.kind == "status" and r.code and
+                                    word(r.code[0]) == b"CLOSED")]
+    changed = len(dovecot.responses) != before
+    for r in dovecot.responses:
+        if r.kind == "tagged" and r.code and word(r.code[0]) == b"CLIENTBUG":
+            r.code = None
+            changed = True
+    return changed
+
+
+@deliberate("optional-response-codes",
+            "Our tagged NO/BAD carries an RFC 5530 response code (NONEXISTENT, CANNOT, "
+            "HASCHILDREN, ...) or BADCHARSET its list of charsets (RFC 3501 7.1) where "
+            "Dovecot's has none; both are optional. Our code is removed where Dovecot's same "
+            "status has none.")
+def _optional_response_codes(ours: Event, dovecot: Event) -> bool:
+    theirs = {r.tag: r for r in dovecot.responses if r.kind == "tagged"}
+    changed = False
+    for a in ours.responses:
+        b = theirs.get(a.tag) if a.kind == "tagged" else None
+        if b is None or a.status != b.status or a.status == b"OK" or not a.code:
+            continue
+        if b.code is None:
+            a.code = None
+            changed = True
+        elif word(a.code[0]) == word(b.code[0]) == b"BADCHARSET" and len(a.code) > len(b.code):
+            a.code = a.code[:len(b.code)]
+            changed = True
+    return changed
+
+
+@deliberate("refuse-after-literal",
+            "A command with synchronizing literals that we refuse (bad flag or date in APPEND, "
+            "unknown mailbox) is refused once its literals are read: we send '+' for each and "
+            "then the tagged NO/BAD; Dovecot refuses at the first literal, before '+' (RFC 3501 "
+            "7.5 allows both). Our continuations are dropped and the command as sent is "
+            "compared as Dovecot got it, when both end with the same status and code.")
+def _refuse_after_literal(ours: Event, dovecot: Event) -> bool:
+    a, b = _tagged(ours), _tagged(dovecot)
+    conts = [r for r in ours.responses if r.kind == "cont"]
+    if a is None or b is None or a.status == b"OK" or (a.status, a.code) != (b.status, b.code):
+        return False
+    if len(conts) <= len([r for r in dovecot.responses if r.kind == "cont"]):
+        return False
+    if not ours.sent.startswith(dovecot.sent.rstrip()):
+        return False
+    ours.responses[:] = ([r for r in dovecot.responses if r.kind == "cont"]
+                         + [r for r in ours.responses if r.kind != "cont"])
+    ours.sent = dovecot.sent
+    return True
+
+
+@deliberate("expunge-before-fetch",
+            "When several changes by another session are reported at once, we send the "
+            "EXPUNGEs first and then the FETCHes with the new sequence numbers (RFC 3501 7.4.1 "
+            "and 5.2); Dovecot may send a FETCH before the EXPUNGE, numbered before it. "
+            "Dovecot's are put in our order, renumbered.")
+def _expunge_before_fetch(ours: Event, dovecot: Event) -> bool:
+    kinds = [word(r.data[1]) if r.kind == "data" and len(r.data) > 1 else b""
+             for r in dovecot.responses]
+    if b"EXPUNGE" not in kinds or b"FETCH" not in kinds:
+        return False
+    if kinds.index(b"FETCH") > max(i for i, k in enumerate(kinds) if k == b"EXPUNGE"):
+        return False
+    fetches, expunges, rest = [], [], []
+    for r, kind in zip(dovecot.responses, kinds, strict=True):
+        if kind == b"FETCH":
+            fetches.append(r)
+        elif kind == b"EXPUNGE":
+            gone = int(r.data[0])
+            for f in list(fetches):
+                seq = int(f.data[0])
+                if seq == gone:
+                    fetches.remove(f)
+                elif seq > gone:
+                    f.data[0] = str(seq - 1).encode()
+            expunges.append(r)
+        else:
+            rest.append(r)
+    tagged = [r for r in rest if r.kind == "tagged"]
+    others = [r for r in rest if r.kind != "tagged"]
+    dovecot.responses[:] = expunges + others + fetches + tagged
+    return True
+
+
+@deliberate("status-inbox-name",
+            "STATUS of 'inbox' (any case): we answer with the name INBOX (RFC 3501 5.1: INBOX "
+            "is case-insensitive, and this is its name); Dovecot echoes the client's spelling.")
+def _status_inbox_name(ours: Event, dovecot: Event) -> bool:
+    changed = False
+    for a, b in zip(_data(ours, b"STATUS"), _data(dovecot, b"STATUS"), strict=False):
+        if a.data[1] == b"INBOX" and b.data[1] != b"INBOX" and word(b.data[1]) == b"INBOX":
+            b.data[1] = b"INBOX"
+            changed = True
+    return changed
+
+
+@deliberate("implicit-parents",
+            "CREATE a/b/c creates a and a/b as ordinary (selectable) mailboxes here, as "
+            "RFC 3501 6.3.3 asks ('SHOULD create any superior hierarchical names'); Dovecot's "
+            "sdbox keeps them as \\Noselect placeholders (and 'CREATE x/' likewise, where we "
+            "ignore the trailing separator as 6.3.3 allows). \\Noselect is removed from "
+            "Dovecot's LIST responses for names we list as selectable.")
+def _implicit_parents(ours: Event, dovecot: Event) -> bool:
+    changed = False
+    mine = _listings(ours)
+    for name, r in _listings(dovecot).items():
+        other = mine.get(name)
+        if other is not None and b"\\NOSELECT" not in {word(a) for a in other.data[1]}:
+            changed |= _strip_attributes(r, lambda a: a == b"\\NOSELECT")
+    return changed
+
+
+@deliberate("rename-inbox-uidvalidity",
+            "RENAME INBOX moves INBOX's messages to a new mailbox (RFC 3501 6.3.5): ours gets "
+            "a new UIDVALIDITY and INBOX keeps its UIDVALIDITY and UIDNEXT, so no UID is ever "
+            "reused; Dovecot gives the new name INBOX's UIDVALIDITY and starts INBOX afresh. "
+            "Both keep UIDs unique per UIDVALIDITY. UIDVALIDITY values and INBOX's UIDNEXT are "
+            "made equal in the script that renames INBOX.")
+def _rename_inbox_uidvalidity(ours: Event, dovecot: Event) -> bool:
+    changed = False
+    for event in (ours, dovecot):
+        for r in event.responses:
+            if r.code and word(r.code[0]) == b"UIDVALIDITY":
+                r.code = [r.code[0], b"<uidvalidity>"]
+                changed = True
+            if r.kind == "data" and len(r.data) == 3 and word(r.data[0]) == b"STATUS" \
+                    and r.data[1] == b"INBOX":
+                items = r.data[2]
+                for k in range(0, len(items) - 1, 2):
+                    if word(items[k]) == b"UIDNEXT":
+                        items[k + 1] = b"<uidnext>"
+                        changed = True
+    return changed
+
+
+@deliberate("delete-with-children",
+            "DELETE of a mailbox that has children answers NO [HASCHILDREN] (RFC 5530) here: "
+            "our store has no \\Noselect placeholders. RFC 3501 6.3.4 permits deleting it "
+            "(its name then becomes \\Noselect), which Dovecot does. The DELETE answer and "
+            "Dovecot's \\Noselect on the parent afterwards are made ours.")
+def _delete_with_children(ours: Event, dovecot: Event) -> bool:
+    if command_text(ours).upper().startswith("DELETE "):
+        if (response_lines(ours), response_lines(dovecot)) == (["tag NO [HASCHILDREN]"],
+                                                               ["tag OK"]):
+            dovecot.responses[:] = ours.responses
+            return True
+        return False
+    return _implicit_parents(ours, dovecot)
+
+
+@deliberate("store-reports-unchanged",
+            "STORE without .SILENT answers an untagged FETCH for every message it names (RFC "
+            "3501 6.4.6: 'the server SHOULD send an untagged FETCH response'), even where no "
+            "flag changed; Dovecot leaves out messages whose flags stayed the same. Our FETCH "
+            "responses for sequence numbers Dovecot did not report are removed.")
+def _store_reports_unchanged(ours: Event, dovecot: Event) -> bool:
+    text = command_text(ours).upper()
+    if not (text.startswith("STORE ") or text.startswith("UID STORE ")) or ".SILENT" in text:
+        return False
+    reported = {r.data[0] for r in dovecot.responses
+                if r.kind == "data" and len(r.data) == 3 and word(r.data[1]) == b"FETCH"}
+    before = len(ours.responses)
+    ours.responses[:] = [r for r in ours.responses
+                         if not (r.kind == "data" and len(r.data) == 3
+                                 and word(r.data[1]) == b"FETCH" and r.data[0] not in reported)]
+    return len(ours.responses) != before
+
+
+@deliberate("dovecot-search-keyword",
+            "SEARCH KEYWORD of a keyword no message has: Dovecot registers the keyword in the "
+            "mailbox and announces new FLAGS/PERMANENTFLAGS; we answer the search only. Dovecot's "
+            "FLAGS and PERMANENTFLAGS responses to SEARCH are removed.")
+def _dovecot_search_keyword(ours: Event, dovecot: Event) -> bool:
+    if "SEARCH" not in command_text(ours).upper():
+        return False
+    before = len(dovecot.responses)
+    dovecot.responses[:] = [
+        r for r in dovecot.responses
+        if not (r.kind == "data" and r.data and word(r.data[0]) == b"FLAGS")
+        and not (r.kind == "status" and r.code and word(r.code[0]) == b"PERMANENTFLAGS")]
+    return len(dovecot.responses) != before
+
+
+def _crlf(data: bytes) -> bytes:
+    return re.sub(rb"(?<!\r)\n", b"\r\n", data)
+
+
+@deliberate("bare-lf-kept",
+            "A message APPENDed with bare LF line ends is kept and served octet for octet (its "
+            "RFC822.SIZE is the octets stored); Dovecot turns bare LF into CRLF on output and "
+            "counts sizes that way. Where ours with LF made CRLF equals Dovecot's value, "
+            "Dovecot's is taken, and RFC822.SIZE of such a message is compared as Dovecot's.")
+def _bare_lf_kept(ours: Event, dovecot: Event) -> bool:
+    changed = False
+    theirs = {r.data[0]: r for r in dovecot.responses
+              if r.kind == "data" and len(r.data) == 3 and word(r.data[1]) == b"FETCH"}
+    for r in ours.responses:
+        if not (r.kind == "data" and len(r.data) == 3 and word(r.data[1]) == b"FETCH"):
+            continue
+        other = theirs.get(r.data[0])
+        if other is None:
+            continue
+        mine, their = r.data[2], dict(zip(other.data[2][::2], other.data[2][1::2],
+                                          strict=False))
+        converted = False
+        for k in range(0, len(mine) - 1, 2):
+            value, want = mine[k + 1], their.get(mine[k])
+            if isinstance(value, bytes) and isinstance(want, bytes) and value != want \
+                    and b"\n" in value and _crlf(value) == want:
+                mine[k + 1] = want
+                converted = changed = True
+        for k in range(0, len(mine) - 1, 2):
+            if converted and word(mine[k]) == b"RFC822.SIZE" and mine[k] in their:
+                mine[k + 1] = their[mine[k]]
+    return changed
+
+
+STRICT_SYNTAX = {
+    "NOOP extra", "NAMESPACE extra", "ENABLE", "ID", 'ID ("a")', "STORE 1 FLAGS",
+    "SEARCH BEFORE 32-Jan-2026", "FETCH 1 BODY[1.0]", "FETCH 1:* (BODY.PEEK[]<0>)"}
+
+
+@deliberate("strict-syntax",
+            "Dovecot accepts commands that the grammar of RFC 3501 section 9 (and RFC 5161, "
+            "2971) forbids; we answer BAD: arguments to NOOP or NAMESPACE, ENABLE or ID "
+            "without arguments, ID with an odd-length list, STORE without a flag list, an "
+            "impossible date, section part 0, a partial without its length (<0>). Dovecot's "
+            "answer is replaced by ours for exactly these commands.")
+def _strict_syntax(ours: Event, dovecot: Event) -> bool:
+    theirs = _tagged(dovecot)
+    if command_text(ours) in STRICT_SYNTAX and response_lines(ours) == ["tag BAD"] \
+            and theirs is not None and theirs.status == b"OK":
+        dovecot.responses[:] = ours.responses
+        return True
+    return False
+
+
+answers("enable-not-authenticated",
+        "ENABLE before login: BAD here (RFC 5161 section 3.1: valid only in the authenticated "
+        "state); Dovecot's login process accepts it.",
+        {"ENABLE IMAP4rev1": (["tag BAD"], ["* ENABLED", "tag OK"])})
+
+answers("append-empty-message",
+        "APPEND of an empty (zero-octet) message is stored here (RFC 5322 section 3.5 allows "
+        "a message of no header fields and no body; RFC 3501 6.3.11 sets no minimum); Dovecot "
+        "refuses it with NO.",
+        {"APPEND INBOX {0+}": (["tag OK [APPENDUID <uidvalidity-1> 1]"], ["tag NO"])})
+
+answers("dovecot-create-inbox",
+        "CREATE INBOX on a fresh account: NO [ALREADYEXISTS] here (RFC 3501 6.3.3: 'It is an "
+        "error to attempt to create INBOX'); Dovecot says OK while its INBOX is not yet on "
+        "disk.",
+        {"CREATE INBOX": (["tag NO [ALREADYEXISTS]"], ["tag OK"])})
+
+
+@deliberate("lsub-nonexistent-noselect",
+            "LSUB of a subscribed name whose mailbox no longer exists: we mark it \\Noselect "
+            "(it cannot be selected; LIST-EXTENDED says \\NonExistent, RFC 5258 3.1); "
+            "Dovecot returns no attribute. Our \\Noselect is removed where Dovecot lists the "
+            "same name without it.")
+def _lsub_nonexistent_noselect(ours: Event, dovecot: Event) -> bool:
+    theirs = {r.data[3]: r for r in _data(dovecot, b"LSUB") if len(r.data) > 3}
+    changed = False
+    for r in _data(ours, b"LSUB"):
+        other = theirs.get(r.data[3]) if len(r.data) > 3 else None
+        if other is not None and b"\\NOSELECT" not in {word(a) for a in other.data[1]}:
+            changed |= _strip_attributes(r, lambda a: a == b"\\NOSELECT")
+    return changed
+
+
+answers("read-only-refuses-changes",
+        "In a mailbox opened with EXAMINE, STORE, EXPUNGE and MOVE answer NO [READ-ONLY] "
+        "here (RFC 3501 6.3.2: no permanent changes; RFC 6851 3.3 MOVE expunges the source); "
+        "Dovecot says OK and ignores STORE and EXPUNGE, and MOVEs (expunging from the "
+        "read-only mailbox).",
+        {"STORE 1 +FLAGS (\\\\Flagged)": (["tag NO [READ-ONLY]"], ["tag OK"]),
+         "EXPUNGE": (["tag NO [READ-ONLY]"], ["tag OK"]),
+         "MOVE 1 Trash": (["tag NO [READ-ONLY]"], ["* OK [COPYUID <uidvalidity-2> 1 2]",
+                                                   "* 1 EXPUNGE", "tag OK"])})
+
+answers("subscriptions-unchecked",
+        "SUBSCRIBE of a name that does not exist is accepted (RFC 3501 6.3.6: the server MAY "
+        "check; subscriptions outlive mailboxes anyway), and UNSUBSCRIBE of a name not "
+        "subscribed answers NO [NONEXISTENT] (6.3.7: 'can't unsubscribe that name'); Dovecot "
+        "does the opposite in both.",
+        {"SUBSCRIBE nonexistent": (["tag OK"], ["tag NO"]),
+         "UNSUBSCRIBE never-subscribed": (["tag NO [NONEXISTENT]"], ["tag OK"])})
+
+answers("enable-empty",
+        "ENABLE of nothing we support answers an empty '* ENABLED' (RFC 5161 section 4 "
+        "grammar: 'ENABLED' *(SP capability)); Dovecot sends no ENABLED response then.",
+        {"ENABLE FOO": (["* ENABLED", "tag OK"], ["tag OK"]),
+         "ENABLE IMAP4rev1": (["* ENABLED", "tag OK"], ["tag OK"])})
+
+answers("auth-mechanism-code",
+        "AUTHENTICATE with a mechanism we do not offer: NO [CANNOT] (RFC 5530: can never "
+        "succeed); Dovecot uses [ALERT].",
+        {"AUTHENTICATE UNKNOWN-MECH": (["tag NO [CANNOT]"], ["tag NO [ALERT]"])})
+
+
+# -- known defects, being fixed on other branches -------------------------------------------------
+
+
+@known_defect("recent",
+              "Issue 11 (3), RFC 3501 2.3.2: \\Recent is not implemented (fix on another "
+              "branch; tests/test_differential_issue11.py checks it). '* n RECENT', \\Recent in "
+              "FLAGS and STATUS RECENT are removed on both sides.")
+def _mask_recent(ours: Event, dovecot: Event) -> bool:
+    changed = False
+    for side, event in (("ours", ours), ("dovecot", dovecot)):
+        kept = []
+        for r in event.responses:
+            if r.kind == "data" and len(r.data) == 2 and word(r.data[1]) == b"RECENT":
+                if side == "ours" and r.data[0] != b"0":
+                    raise DefectFixed("ours reports RECENT: remove KNOWN_DEFECTS['recent']")
+                changed |= side == "dovecot"
+                continue
+            if r.kind == "data" and len(r.data) >= 3 and word(r.data[1]) == b"FETCH":
+                items = r.data[2]
+                for k in range(0, len(items) - 1, 2):
+                    if word(items[k]) == b"FLAGS" and isinstance(items[k + 1], list):
+                        if b"\\Recent" in items[k + 1]:
+                            if side == "ours":
+                                raise DefectFixed("ours sends \\Recent: remove the mask")
+                            items[k + 1] = [f for f in items[k + 1] if f != b"\\Recent"]
+                            changed = True
+            elif r.kind == "data" and len(r.data) == 3 and word(r.data[0]) == b"STATUS":
+                items = r.data[2]
+                pairs = [(items[k], items[k + 1]) for k in range(0, len(items) - 1, 2)]
+                for a, b in pairs:
+                    if word(a) == b"RECENT" and b != b"0":
+                        if side == "ours":
+                            raise DefectFixed("ours reports STATUS RECENT: remove the mask")
+                        changed = True
+                r.data[2] = [x for a, b in pairs if word(a) != b"RECENT" for x in (a, b)]
+            kept.append(r)
+        event.responses[:] = kept
+    return changed
