@@ -62,8 +62,8 @@ def _login(ctx, user: str, password: str, mechanism: str):
     who = yield ctx.call(_authenticate, ctx.store, user, password)
     if who is None:
         LOGINS.labels("failed").inc()
-        log.warn("imap login failed: user={user!r} mechanism={mechanism} remote={remote}",
-                 user=user, mechanism=mechanism, remote=getattr(peer, "host", "?"))
+        log.warn("login_failed", user=user, mechanism=mechanism,
+                 remote=getattr(peer, "host", None))
         yield task.deferLater(ctx.server.reactor, ctx.server.cfg["imap"]["auth_failure_delay"],
                               lambda: None)
         raise No("Authentication failed", "AUTHENTICATIONFAILED")
@@ -71,8 +71,7 @@ def _login(ctx, user: str, password: str, mechanism: str):
         raise No("Too many connections for this user", "LIMIT")
     ctx.session.user = who
     LOGINS.labels("ok").inc()
-    log.info("imap login: user={user} mechanism={mechanism} remote={remote}", user=who,
-             mechanism=mechanism, remote=getattr(peer, "host", "?"))
+    log.info("login", user=who, mechanism=mechanism, remote=getattr(peer, "host", None))
     caps = " ".join(ctx.session.capabilities())
     ctx.finish(b"OK", f"{mechanism} completed", f"CAPABILITY {caps}")
 
