@@ -31,6 +31,7 @@ import sys
 import threading
 import time
 
+import prometheus_client
 from prometheus_client import Counter, Gauge, Histogram, start_http_server
 from twisted.logger import (
     FilteringLogObserver,
@@ -44,21 +45,46 @@ from twisted.logger import Logger as _TwistedLogger
 LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
                    2.5, 5.0, 10.0)
 
-SESSIONS = Gauge("imap_sessions", "IMAP connections open now")
-CONNECTIONS = Counter("imap_connections_total", "IMAP connections accepted")
-LOGINS = Counter("imap_logins_total", "IMAP authentication attempts", ["outcome"])
-COMMANDS = Counter("imap_commands_total", "IMAP commands by name and outcome",
+# Prometheus naming (prometheus.io/docs/practices/naming): one prefix, the unit in the name,
+# _total on counters, label values from fixed sets.  docs/metrics.md documents each one, and
+# tests/test_metrics.py checks a running server's /metrics against it: change both together.
+PREFIX = "hbaseimap_"
+SESSIONS = Gauge(PREFIX + "imap_sessions", "IMAP connections open now")
+CONNECTIONS = Counter(PREFIX + "imap_connections_total", "IMAP connections accepted")
+LOGINS = Counter(PREFIX + "imap_logins_total", "IMAP authentication attempts by outcome",
+                 ["outcome"])
+COMMANDS = Counter(PREFIX + "imap_commands_total", "IMAP commands by name and outcome",
                    ["command", "outcome"])
-COMMAND_SECONDS = Histogram("imap_command_seconds", "IMAP command latency",
+COMMAND_SECONDS = Histogram(PREFIX + "imap_command_seconds", "IMAP command latency",
                             ["command"], buckets=LATENCY_BUCKETS)
-STORE_SECONDS = Histogram("store_call_seconds", "Mail store call latency",
-                          ["operation"], buckets=LATENCY_BUCKETS)
-DELIVERIES = Counter("deliveries_total", "Messages delivered, per recipient",
+RECEIVED_BYTES = Counter(PREFIX + "received_bytes_total",
+                         "Octets received from clients (inside TLS), by protocol", ["protocol"])
+SENT_BYTES = Counter(PREFIX + "sent_bytes_total",
+                     "Octets sent to clients (inside TLS), by protocol", ["protocol"])
+DELIVERIES = Counter(PREFIX + "deliveries_total",
+                     "Recipients accepted at RCPT, by the outcome of their transaction",
                      ["protocol", "outcome"])
-ERRORS = Counter("errors_total", "Unexpected errors", ["component"])
+REJECTED_RECIPIENTS = Counter(PREFIX + "rejected_recipients_total",
+                              "Recipients refused at RCPT, by reason", ["protocol", "reason"])
+STORE_SECONDS = Histogram(PREFIX + "store_call_seconds", "Mail store call latency",
+                          ["operation"], buckets=LATENCY_BUCKETS)
+STORE_ERRORS = Counter(PREFIX + "store_errors_total",
+                       "Mail store calls that failed in the backend, by operation",
+                       ["operation", "error"])
+ERRORS = Counter(PREFIX + "errors_total", "Unexpected errors (bugs), by component",
+                 ["component"])
+
+STORE_OPERATIONS = (
+    "authenticate", "open_mailbox", "refresh", "list_mailboxes", "mailbox_status",
+    "create_mailbox", "delete_mailbox", "rename_mailbox", "subscribe", "unsubscribe",
+    "append", "fetch", "read_content", "search", "store_flags", "expunge", "copy", "move",
+    "resolve_recipient", "deliver", "other")
+"""The values of the ``operation`` label: what a store call does, not the function that
+does it ("other" is a call nobody named yet: a bug to report)."""
 
 _KNOWN_COMMANDS: set[str] = set()
-
+UID_COMMANDS = ("COPY", "EXPUNGE", "FETCH", "MOVE", "SEARCH", "STORE")
+"""UID's sub-commands (RFC 3501 6.4.8, RFC 4315, RFC 6851): labelled "UID FETCH", ..."""
 
 class Logger:
     """Emits named events with fields for one ``component`` (``imap``, ``lmtp``, ...).
@@ -95,24 +121,43 @@ class Logger:
         being handled)."""
         from twisted.python.failure import Failure
         failure = failure if failure is not None else Failure()
+        ERRORS.labels(self.component).inc()
         text = " ".join([event, *(f"{key}={{{key}}}" for key in fields)])
         self._log.failure(text, failure, LogLevel.critical, event=event,
                           event_fields=tuple(fields), **fields)
 
 
-def command_label(name: str) -> str:
-    """Bound the label set: unknown command names (client garbage) share one label."""
+def command_label(name: str, args=()) -> str:
+    """Bound the label set: unknown command names (client garbage) share one label; UID
+    commands are labelled with their sub-command (``UID FETCH``)."""
     if not _KNOWN_COMMANDS:
         from .imap.context import known_commands
         _KNOWN_COMMANDS.update(known_commands())
+    if name == "UID" and args:
+        sub = str(args[0]).upper()
+        return f"UID {sub}" if sub in UID_COMMANDS else "unknown"
     return name if name in _KNOWN_COMMANDS else "unknown"
 
 
 def timed_store_call(operation: str, fn, *args, **kwargs):
-    """Run a store call (in a worker thread) and record its latency."""
+    """Run a store call (in a worker thread) and record its latency, and its failure if the
+    backend failed (``BackendUnavailable``) or something unexpected was raised.  Domain errors
+    (not found, over quota, ...) are answers, not failures.  ``operation`` is one of
+    STORE_OPERATIONS."""
+    from mailstore.errors import BackendUnavailable, MailStoreError
+    if operation not in STORE_OPERATIONS:
+        operation = "other"
     start = time.perf_counter()
     try:
         return fn(*args, **kwargs)
+    except BackendUnavailable:
+        STORE_ERRORS.labels(operation, "unavailable").inc()
+        raise
+    except MailStoreError:
+        raise
+    except Exception:
+        STORE_ERRORS.labels(operation, "internal").inc()
+        raise
     finally:
         STORE_SECONDS.labels(operation).observe(time.perf_counter() - start)
 
@@ -255,6 +300,13 @@ def start_metrics(cfg, announce) -> object | None:
     port = listen_port(cfg["metrics"]["port"])
     if port is None:
         return None
+    # Counters' "_created" series double the output for a value nobody graphs, and
+    # python_info's labels are version strings: neither is in docs/metrics.md.
+    prometheus_client.disable_created_metrics()
+    try:
+        prometheus_client.REGISTRY.unregister(prometheus_client.PLATFORM_COLLECTOR)
+    except KeyError:  # already (a second start in one process)
+        pass
     host = cfg["metrics"]["host"]
     server, _thread = start_http_server(port, addr=host)
     announce("metrics", host, server.server_port)

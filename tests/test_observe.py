@@ -48,14 +48,14 @@ def test_metrics_move_and_logs_are_structured_without_secrets(tmp_path):
         after = scrape(server.ports["metrics"])
     def moved(name):
         return after.get(name, 0) - before.get(name, 0)
-    assert moved('imap_commands_total{command="LOGIN",outcome="NO"}') == 1
-    assert moved('imap_commands_total{command="LOGIN",outcome="OK"}') == 1
-    assert moved('imap_commands_total{command="unknown",outcome="BAD"}') == 1
-    assert moved('imap_command_seconds_count{command="FETCH"}') == 1
-    assert moved("imap_connections_total") == 1
-    assert moved('store_call_seconds_count{operation="append"}') >= 1
-    assert moved('deliveries_total{outcome="delivered",protocol="lmtp"}') == 1
-    assert moved('store_call_seconds_count{operation="deliver"}') == 1
+    assert moved('hbaseimap_imap_commands_total{command="LOGIN",outcome="NO"}') == 1
+    assert moved('hbaseimap_imap_commands_total{command="LOGIN",outcome="OK"}') == 1
+    assert moved('hbaseimap_imap_commands_total{command="unknown",outcome="BAD"}') == 1
+    assert moved('hbaseimap_imap_command_seconds_count{command="FETCH"}') == 1
+    assert moved("hbaseimap_imap_connections_total") == 1
+    assert moved('hbaseimap_store_call_seconds_count{operation="append"}') >= 1
+    assert moved('hbaseimap_deliveries_total{outcome="delivered",protocol="lmtp"}') == 1
+    assert moved('hbaseimap_store_call_seconds_count{operation="deliver"}') == 1
     # JSON lines: one object per line (tests/test_logs.py checks the events in detail).
     events = [json.loads(line) for line in log_file.read_text().splitlines()]
     text = log_file.read_text()

@@ -15,10 +15,10 @@ from dataclasses import dataclass
 from mailstore.errors import Conflict, InvalidName, MailStoreError, NotFound
 from mailstore.store import Delivery, MailStore
 
-from ..observe import DELIVERIES, Logger, timed_store_call
+from ..observe import Logger, timed_store_call
 from . import replies, trace
 from .addresses import BadAddress, ForeignDomain, parse_recipient
-from .journal import log_transaction, reply_code, transaction
+from .journal import failure_reason, log_transaction, reply_code, transaction
 from .transaction import deliver_message
 
 MAX_RECIPIENTS = 1000
@@ -83,7 +83,8 @@ class DeliveryHandler:
         except ForeignDomain:
             return replies.FOREIGN_DOMAIN.format(address), None
         try:
-            target = await asyncio.to_thread(timed_store_call, "rcpt", self._resolve, parsed)
+            target = await asyncio.to_thread(timed_store_call, "resolve_recipient",
+                                             self._resolve, parsed)
         except (NotFound, InvalidName):
             return replies.UNKNOWN_USER.format(address), None
         except MailStoreError as exc:
@@ -122,7 +123,7 @@ class DeliveryHandler:
             # Also when the client went away while the store worked (the task is cancelled):
             # recipients without a result are then logged "abandoned".
             record.in_data = False
-            log_transaction(self.log, session, envelope)
+            log_transaction(self.log, self.protocol, session, envelope)
 
     async def _deliver(self, session, envelope, record) -> str:
         targets = _targets(envelope)
@@ -162,15 +163,13 @@ class DeliveryHandler:
             recipient.mailbox = result.mailbox  # INBOX if its folder went away since RCPT
             if result.error is not None:
                 recipient.error = type(result.error).__name__
-        for result in results:
-            DELIVERIES.labels(self.protocol, "delivered" if result.error is None
-                              else type(result.error).__name__).inc()
+                recipient.reason = failure_reason(result.error)
         return reply
 
     def end_transaction(self, session, envelope) -> None:
         """The protocol calls this when ``envelope``'s transaction ends without a reply to
         DATA from here (RSET, HELO, QUIT, a lost connection, DATA refused by aiosmtpd)."""
-        log_transaction(self.log, session, envelope)
+        log_transaction(self.log, self.protocol, session, envelope)
 
     def _answer(self, result: Delivery, address: str, delivery: str) -> str:
         if result.error is None:

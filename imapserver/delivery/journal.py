@@ -23,7 +23,10 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-from ..observe import Logger
+from mailstore import errors
+
+from ..observe import DELIVERIES, REJECTED_RECIPIENTS, Logger
+from . import replies
 
 
 @dataclass
@@ -34,6 +37,7 @@ class Recipient:
     user: str | None = None
     mailbox: str | None = None
     error: str | None = None  # the store error's class name, for a failure after DATA
+    reason: str | None = None  # why it was refused: the metrics' label (not logged)
 
     def fields(self) -> dict:
         out = {"address": self.address, "result": self.result, "code": self.code}
@@ -56,7 +60,8 @@ class Transaction:
     logged: bool = False
 
     def reject(self, address: str | None, reply: str) -> None:
-        self.recipients.append(Recipient(address, "rejected", reply_code(reply)))
+        self.recipients.append(Recipient(address, "rejected", reply_code(reply),
+                                         reason=replies.reason(reply)))
 
     def accept(self, address: str, user: str, mailbox: str) -> None:
         self.recipients.append(Recipient(address, "accepted", user=user, mailbox=mailbox))
@@ -69,6 +74,7 @@ class Transaction:
         """The message was refused as a whole after DATA (too large, a line too long)."""
         for recipient in self.accepted():
             recipient.result, recipient.code = "failed", reply_code(reply)
+            recipient.reason = replies.reason(reply)
 
 
 def transaction(envelope) -> Transaction:
@@ -79,8 +85,9 @@ def transaction(envelope) -> Transaction:
     return found
 
 
-def log_transaction(log: Logger, session, envelope) -> None:
-    """Write the ``delivery`` line of ``envelope``'s transaction, once, if it named anyone.
+def log_transaction(log: Logger, protocol: str, session, envelope) -> None:
+    """Write the ``delivery`` line of ``envelope``'s transaction, once, if it named anyone,
+    and count its recipients (``protocol`` is the metrics' label: smtp or lmtp).
 
     Called when the transaction ends, however it ends; recipients still ``accepted`` then
     never got a reply to DATA and are logged ``abandoned``.
@@ -90,7 +97,12 @@ def log_transaction(log: Logger, session, envelope) -> None:
         return
     record.logged = True
     for recipient in record.accepted():
-        recipient.result = "abandoned"
+        recipient.result = recipient.reason = "abandoned"
+    for recipient in record.recipients:
+        if recipient.result == "rejected":
+            REJECTED_RECIPIENTS.labels(protocol, recipient.reason).inc()
+        else:
+            DELIVERIES.labels(protocol, recipient.reason or "delivered").inc()
     failed = any(r.result == "failed" for r in record.recipients)
     peer = session.peer if session is not None else None
     (log.warn if failed else log.info)(
@@ -102,6 +114,17 @@ def log_transaction(log: Logger, session, envelope) -> None:
         recipients=[r.fields() for r in record.recipients],
         size=record.size,
         seconds=round(time.monotonic() - record.started, 3))
+
+
+def failure_reason(error: BaseException) -> str:
+    """The ``outcome`` label of a recipient whose delivery failed after DATA with ``error``."""
+    for cls, reason in ((errors.OverQuota, "over_quota"), (errors.TooLarge, "too_large"),
+                        ((errors.NotFound, errors.InvalidName), "unknown_user"),
+                        (errors.Conflict, "withdrawn"),
+                        (errors.BackendUnavailable, "unavailable")):
+        if isinstance(error, cls):
+            return reason
+    return "error"
 
 
 def reply_code(reply: str) -> str:

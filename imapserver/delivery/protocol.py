@@ -15,6 +15,7 @@ from __future__ import annotations
 from aiosmtpd.lmtp import LMTP
 from aiosmtpd.smtp import SMTP, syntax
 
+from ..observe import RECEIVED_BYTES, SENT_BYTES
 from . import replies
 from .journal import transaction
 
@@ -37,6 +38,7 @@ class _StoreReplies:
     """
 
     per_recipient_data_replies = False
+    metrics_label = "smtp"
     in_data = False  # from DATA until its reply is sent: a stop waits for it
 
     def __init__(self, handler, *, line_length_limit: int, connections: set, **options):
@@ -47,6 +49,10 @@ class _StoreReplies:
     def connection_made(self, transport):
         super().connection_made(transport)
         self.connections.add(self)
+
+    def data_received(self, data):
+        RECEIVED_BYTES.labels(self.metrics_label).inc(len(data))
+        super().data_received(data)
 
     def connection_lost(self, error):
         self.connections.discard(self)
@@ -85,6 +91,8 @@ class _StoreReplies:
                     status = "\r\n".join([status] * len(self.envelope.rcpt_tos))
             elif status == _MAIL_SIZE:
                 status = replies.TOO_LARGE
+        octets = status.encode("utf-8") if isinstance(status, str) else status
+        SENT_BYTES.labels(self.metrics_label).inc(len(octets) + 2)
         await super().push(status)
 
 
@@ -94,3 +102,4 @@ class StoreSMTP(_StoreReplies, SMTP):
 
 class StoreLMTP(_StoreReplies, LMTP):
     per_recipient_data_replies = True
+    metrics_label = "lmtp"

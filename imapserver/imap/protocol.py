@@ -35,7 +35,8 @@ from ..observe import (
     COMMAND_SECONDS,
     COMMANDS,
     CONNECTIONS,
-    ERRORS,
+    RECEIVED_BYTES,
+    SENT_BYTES,
     SESSIONS,
     Logger,
     command_label,
@@ -54,6 +55,8 @@ close_notify) before it is aborted: a client that stops reading cannot keep its 
 
 
 log = Logger("imap")
+_SENT = SENT_BYTES.labels("imap")  # the children, looked up once: every write counts
+_RECEIVED = RECEIVED_BYTES.labels("imap")
 
 
 class IMAPServerProtocol(protocol.Protocol):
@@ -217,12 +220,16 @@ class IMAPServerProtocol(protocol.Protocol):
         for line in lines:
             out.append(line)
             out.append(CRLF)
-        self.bytes_out += sum(map(len, lines)) + 2 * len(lines)
+        size = sum(map(len, lines)) + 2 * len(lines)
+        self.bytes_out += size
+        _SENT.inc(size)
         self.transport.writeSequence(out)
 
     def write_raw(self, data: list[bytes]) -> None:
         if not (self.closed or self.closing):
-            self.bytes_out += sum(map(len, data))
+            size = sum(map(len, data))
+            self.bytes_out += size
+            _SENT.inc(size)
             self.transport.writeSequence(data)
 
     def cut(self, reason: str) -> None:
@@ -245,12 +252,12 @@ class IMAPServerProtocol(protocol.Protocol):
             return  # nothing is read (or answered) after LOGOUT
         self._buffer += data
         self.bytes_in += len(data)
+        _RECEIVED.inc(len(data))
         self.reset_timeout()
         try:
             self._consume()
         except Exception:
-            ERRORS.labels("imap").inc()
-            log.failure("input_failed")
+            log.failure("input_failed")  # counted in errors_total
             self.close(b"* BYE Internal error", "error")
 
     def _consume(self) -> None:
@@ -440,6 +447,7 @@ class IMAPServerProtocol(protocol.Protocol):
             self.write_lines([tag.encode() + b" BAD Missing command"])
             return
         ctx = CommandContext(self, tag, tokens[1].upper(), tokens[2:])
+        label = command_label(ctx.name, ctx.args)  # before UID's handler consumes its arg
         self.commands += 1
         started = time.perf_counter()
         outcome = "OK"
@@ -455,13 +463,11 @@ class IMAPServerProtocol(protocol.Protocol):
             outcome = "NO"
             code, text = self.server.describe_error(exc)
             if code is None:
-                ERRORS.labels("imap").inc()
                 log.failure("command_failed", command=ctx.name)
             ctx.finish(b"NO", text, code)
         else:
             if not ctx.finished:
                 ctx.finish(b"OK", f"{ctx.name} completed")
-        label = command_label(ctx.name)
         COMMANDS.labels(label, outcome).inc()
         if label != "IDLE":  # IDLE lasts as long as the client wants; not a latency
             COMMAND_SECONDS.labels(label).observe(time.perf_counter() - started)

@@ -5,9 +5,10 @@
     login        = "LOGIN" SP userid SP password                    ; 6.2.3
 
 Failed logins wait ``auth_failure_delay`` seconds and say the same whether the user exists or
-not, or the name is not even a valid user name.  Logins and failed logins are structured events
-of the ``imap`` log namespace (user, mechanism, remote address; never the password), counted in
-``imap_logins_total``.  Password checks (scrypt) run in the thread pool.
+not, or the name is not even a valid user name.  Logins and failed logins are logged (events
+``login`` and ``login_failed``: user, mechanism, remote address; never the password,
+docs/logs.md) and counted (``hbaseimap_imap_logins_total``, docs/metrics.md).  Password
+checks (scrypt) run in the thread pool.
 """
 
 from __future__ import annotations
