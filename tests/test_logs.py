@@ -14,6 +14,7 @@ import base64
 import json
 import re
 import smtplib
+import time
 from pathlib import Path
 
 import pytest
@@ -58,6 +59,9 @@ def run_traffic(tmp_path: Path, fmt: str, level: str = "info") -> tuple[str, str
         plain = base64.b64encode(b"\0bob\0" + SASL_PASSWORD.encode()).decode()
         assert c.cmd("a", f"AUTHENTICATE PLAIN {plain}")[-1].startswith(b"a OK")
         c.close()  # no LOGOUT: the client just goes
+        wait_for_line(log_file, "client_closed")  # before the next session's lines
+        staying = Client(server.port)  # open until the server stops
+        assert staying.cmd("a", f"LOGIN max {PASSWORD}")[-1].startswith(b"a OK")
 
         with smtplib.LMTP("127.0.0.1", server.ports["lmtp"], timeout=10) as lmtp:
             rcpt, answers = lmtp_send(lmtp, "sender@example.org",
@@ -71,8 +75,16 @@ def run_traffic(tmp_path: Path, fmt: str, level: str = "info") -> tuple[str, str
             smtp.ehlo("client.example")
             smtp.mail("other@example.org")
             assert smtp.rcpt("ghost@localhost")[0] == 550
-        # Stopping the server writes whatever it has not yet (the last session lines).
+        # Stopping the server ends the last session, and writes its line.
+    staying.close()
     return log_file.read_text(encoding="utf-8"), queue_id
+
+
+def wait_for_line(log_file: Path, text: str, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while text not in log_file.read_text(encoding="utf-8"):
+        assert time.monotonic() < deadline, f"no {text!r} in the log"
+        time.sleep(0.02)
 
 
 def assert_no_secrets(text: str) -> None:
@@ -125,15 +137,16 @@ def test_json_log_is_one_object_per_line_per_delivery_and_session(tmp_path, leve
                                    "code": "550 5.1.1"}]
 
     sessions = [r for r in records if r["event"] == "session"]
-    assert [(s["user"], s["end"]) for s in sessions] == [("max", "logout"),
-                                                         ("bob", "client_closed")], sessions
+    assert [(s["user"], s["end"]) for s in sessions] == [
+        ("max", "logout"), ("bob", "client_closed"), ("max", "shutdown")], sessions
     first = sessions[0]
     assert first["component"] == "imap" and first["remote"] == "127.0.0.1"
     assert first["commands"] == 6 and first["tls"] is False
     assert first["bytes_in"] > len(message(1)) and first["bytes_out"] > len(message(1))
     assert 0 <= first["seconds"] < 30
     logins = [(r["event"], r["user"]) for r in records if r["event"].startswith("login")]
-    assert logins == [("login_failed", "max"), ("login", "max"), ("login", "bob")]
+    assert logins == [("login_failed", "max"), ("login", "max"), ("login", "bob"),
+                      ("login", "max")]
 
 
 def test_text_log_is_one_readable_line_per_event(tmp_path):
@@ -154,10 +167,11 @@ def test_text_log_is_one_readable_line_per_event(tmp_path):
     assert '"result":"rejected","code":"550 5.1.1"' in deliveries[0]
     assert len([line for line in lines if " smtp delivery " in line]) == 1
     sessions = [line for line in lines if " imap session " in line]
-    assert len(sessions) == 2, lines
+    assert len(sessions) == 3, lines
     assert re.search(r" user=max remote=127\.0\.0\.1 .*commands=6 .*bytes_in=\d+ "
                      r"bytes_out=\d+ end=logout$", sessions[0]), sessions[0]
     assert sessions[1].endswith(" end=client_closed")
+    assert sessions[2].endswith(" end=shutdown")
     assert not any("Connection lost" in line or "connection lost" in line for line in lines)
 
 
