@@ -42,6 +42,8 @@ from twisted.logger import (
 )
 from twisted.logger import Logger as _TwistedLogger
 
+from mailstore.errors import BackendUnavailable, MailStoreError
+
 LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
                    2.5, 5.0, 10.0)
 
@@ -99,10 +101,8 @@ class Logger:
         self._log = _TwistedLogger(namespace=component)
 
     def emit(self, level: LogLevel, event: str, **fields) -> None:
-        # The format string is for observers other than ours (twistd's own log): a readable
-        # line; ours renders from the fields.
-        text = " ".join([event, *(f"{key}={{{key}}}" for key in fields)])
-        self._log.emit(level, text, event=event, event_fields=tuple(fields), **fields)
+        self._log.emit(level, _twisted_format(event, fields), event=event,
+                       event_fields=tuple(fields), **fields)
 
     def debug(self, event: str, **fields) -> None:
         self.emit(LogLevel.debug, event, **fields)
@@ -122,9 +122,14 @@ class Logger:
         from twisted.python.failure import Failure
         failure = failure if failure is not None else Failure()
         ERRORS.labels(self.component).inc()
-        text = " ".join([event, *(f"{key}={{{key}}}" for key in fields)])
-        self._log.failure(text, failure, LogLevel.critical, event=event,
-                          event_fields=tuple(fields), **fields)
+        self._log.failure(_twisted_format(event, fields), failure, LogLevel.critical,
+                          event=event, event_fields=tuple(fields), **fields)
+
+
+def _twisted_format(event: str, fields: dict) -> str:
+    """A twisted.logger format string for observers other than ours (twistd's own log), so
+    that they write a readable line too; ours renders from the fields."""
+    return " ".join([event, *(f"{key}={{{key}}}" for key in fields)])
 
 
 def command_label(name: str, args=()) -> str:
@@ -144,7 +149,6 @@ def timed_store_call(operation: str, fn, *args, **kwargs):
     backend failed (``BackendUnavailable``) or something unexpected was raised.  Domain errors
     (not found, over quota, ...) are answers, not failures.  ``operation`` is one of
     STORE_OPERATIONS."""
-    from mailstore.errors import BackendUnavailable, MailStoreError
     if operation not in STORE_OPERATIONS:
         operation = "other"
     start = time.perf_counter()
