@@ -227,7 +227,9 @@ def log_record(event: dict) -> dict:
 
 
 def json_line(record: dict) -> str:
-    return json.dumps(record, ensure_ascii=False, default=str, separators=(",", ":")) + "\n"
+    # ASCII only: anything else as \u escapes, which every JSON reader decodes, whatever the
+    # stream's encoding, and a client's bytes that are not UTF-8 (lone surrogates) included.
+    return json.dumps(record, default=str, separators=(",", ":")) + "\n"
 
 
 def text_line(record: dict) -> str:
@@ -260,11 +262,17 @@ def _text_value(value) -> str:
 
 class LineObserver:
     """Writes each event as one line (JSON or text) to a stream, whole lines only: worker
-    threads (delivery, store calls) log too."""
+    threads (delivery, store calls) log too.
+
+    In text lines, what the stream's encoding cannot hold is written as backslash escapes: a
+    client's bytes that are not UTF-8 (aiosmtpd hands them on as lone surrogates) must not
+    cost the line.
+    """
 
     def __init__(self, stream, render):
         self.stream = stream
         self.render = render
+        self.encoding = getattr(stream, "encoding", None) or "utf-8"
         self._lock = threading.Lock()
 
     def __call__(self, event: dict) -> None:
@@ -273,6 +281,7 @@ class LineObserver:
         except Exception as exc:  # a field that will not render must not lose the event
             line = self.render({"ts": "", "level": "error", "component": "log",
                                 "event": "unrenderable", "error": repr(exc)})
+        line = line.encode(self.encoding, "backslashreplace").decode(self.encoding)
         with self._lock:
             self.stream.write(line)
             self.stream.flush()

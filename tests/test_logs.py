@@ -203,3 +203,31 @@ def test_transactions_without_a_reply_from_the_store_are_logged_too(tmp_path):
                                      ("gone@example.org", "abandoned", None)], deliveries
     assert deliveries[0]["level"] == "warn"
     assert_no_secrets(log_file.read_text())
+
+
+@pytest.mark.parametrize("render", ["json", "text"])
+def test_a_client_s_bytes_that_are_not_utf8_do_not_cost_the_line(render):
+    """RFC 6531 3.3 allows UTF-8 in addresses, and nothing else: aiosmtpd hands other bytes
+    on as lone surrogates, which a UTF-8 (or ASCII) stream refuses.  The line is written all
+    the same, the bytes as backslash escapes, and JSON still parses."""
+    import io
+
+    from twisted.logger import LogLevel
+
+    from imapserver.observe import LineObserver, json_line, text_line
+    for encoding in ("utf-8", "ascii"):
+        raw = io.BytesIO()
+        stream = io.TextIOWrapper(raw, encoding=encoding, write_through=True)
+        observer = LineObserver(stream, json_line if render == "json" else text_line)
+        observer({"log_time": time.time(), "log_level": LogLevel.info,
+                  "log_namespace": "lmtp", "event": "delivery",
+                  "event_fields": ("helo", "sender"), "helo": "h\udcffost",
+                  "sender": "j\u00fcrgen@example.org"})
+        line = raw.getvalue().decode(encoding)
+        assert line.endswith("\n") and line.count("\n") == 1, line
+        if render == "json":
+            record = json.loads(line)
+            assert record["helo"] == "h\udcffost"
+            assert record["sender"] == "j\u00fcrgen@example.org"
+        else:
+            assert " helo=\"h\\udcffost\" " in line, line

@@ -91,7 +91,8 @@ class _StoreReplies:
                     status = "\r\n".join([status] * len(self.envelope.rcpt_tos))
             elif status == _MAIL_SIZE:
                 status = replies.TOO_LARGE
-        octets = status.encode("utf-8") if isinstance(status, str) else status
+        octets = (status.encode("utf-8", "surrogateescape") if isinstance(status, str)
+                  else status)
         SENT_BYTES.labels(self.metrics_label).inc(len(octets) + 2)
         await super().push(status)
 
