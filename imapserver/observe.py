@@ -186,6 +186,9 @@ class _ToTwisted(logging.Handler):
                  LogLevel.debug if record.name in CHATTY_LOGGERS else
                  LogLevel.warn if record.levelno >= logging.WARNING else
                  LogLevel.info if record.levelno >= logging.INFO else LogLevel.debug)
+        if record.name in CHATTY_LOGGERS and record.levelno >= logging.ERROR:
+            # aiosmtpd's "SMTP session exception": an exception from our hooks, a bug.
+            ERRORS.labels(_component(record.name)).inc()
         text = record.getMessage()
         if record.exc_info and record.exc_info[0] is not None:
             text += "\n" + logging.Formatter().formatException(record.exc_info)

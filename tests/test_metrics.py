@@ -218,3 +218,20 @@ def test_backend_errors_are_counted_per_operation(error, label):
         observe.timed_store_call("deliver", fail)
     for kind in ("unavailable", "internal"):
         assert count(kind) - before[kind] == (1 if kind == label else 0)
+
+
+def test_an_exception_aiosmtpd_catches_counts_as_an_error():
+    """aiosmtpd answers an exception from a hook with "500 Error" (RFC 5321 4.2.2) and logs
+    it: a bug of ours, counted in errors_total like the others."""
+    import logging
+
+    from prometheus_client import REGISTRY
+
+    def count():
+        return REGISTRY.get_sample_value("hbaseimap_errors_total",
+                                         {"component": "aiosmtpd"}) or 0
+    before = count()
+    record = logging.LogRecord("mail.log", logging.ERROR, __file__, 1,
+                               "%r SMTP session exception", (("127.0.0.1", 1),), None)
+    observe._ToTwisted().emit(record)
+    assert count() - before == 1
