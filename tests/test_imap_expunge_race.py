@@ -181,8 +181,8 @@ def test_streamed_literal_whose_content_goes_midway_cuts_the_connection(server, 
         assert received < len(big)
     finally:
         c.close()
-    log = server.wait_output(rb"connection cut", timeout=5)
-    assert b"connection cut" in log and b"released" in log
+    log = server.wait_output(rb"connection_cut", timeout=5)
+    assert b"connection_cut" in log and b"released" in log
     server_log_is_clean(server)
     other = Client(server.port)  # the server goes on serving
     try:

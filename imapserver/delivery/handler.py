@@ -10,19 +10,16 @@ message (and synced it) for that recipient.
 from __future__ import annotations
 
 import asyncio
-import logging
 from dataclasses import dataclass
 
 from mailstore.errors import Conflict, InvalidName, MailStoreError, NotFound
 from mailstore.store import Delivery, MailStore
 
+from ..observe import Logger, timed_store_call
 from . import replies, trace
 from .addresses import BadAddress, ForeignDomain, parse_recipient
+from .journal import failure_reason, log_transaction, reply_code, transaction
 from .transaction import deliver_message
-
-log = logging.getLogger(__name__)
-# Metrics live with the other process metrics; only the counter is used here.
-from ..observe import DELIVERIES, timed_store_call  # noqa: E402
 
 MAX_RECIPIENTS = 1000
 """Recipients accepted per message (RFC 5321 4.5.3.1.8 asks for at least 100)."""
@@ -45,6 +42,8 @@ class DeliveryHandler:
         self.store = store
         self.settings = settings
         self.lmtp = lmtp
+        self.protocol = "lmtp" if lmtp else "smtp"
+        self.log = Logger(self.protocol)
 
     async def handle_EHLO(self, server, session, envelope, hostname, responses):
         # Commands are read one after another from the stream, so pipelined ones are safe
@@ -52,31 +51,48 @@ class DeliveryHandler:
         session.host_name = hostname
         return [*responses[:-1], "250-PIPELINING", responses[-1]]
 
+    async def handle_MAIL(self, server, session, envelope, address, mail_options):
+        # What aiosmtpd does without this hook, and the start of the transaction's clock.
+        envelope.mail_from = address
+        envelope.mail_options.extend(mail_options)
+        transaction(envelope)
+        return "250 OK"
+
     async def handle_RCPT(self, server, session, envelope, address, rcpt_options):
         """Accept ``address`` only if it names a local user who can take one more message."""
-        targets = _targets(envelope)
-        if len(targets) >= MAX_RECIPIENTS:
-            return replies.TOO_MANY_RCPTS
+        if len(_targets(envelope)) >= MAX_RECIPIENTS:
+            reply, target = replies.TOO_MANY_RCPTS, None
+        else:
+            reply, target = await self._check_recipient(address)
+        if target is None:
+            transaction(envelope).reject(address, reply)
+            return reply
+        envelope.rcpt_tos.append(address)
+        envelope.rcpt_options.extend(rcpt_options)
+        _targets(envelope).append(target)
+        transaction(envelope).accept(address, *target)
+        return reply
+
+    async def _check_recipient(self, address: str) -> tuple[str, tuple[str, str] | None]:
+        """The reply to RCPT ``address``, and its (user, mailbox) if it is accepted."""
         try:
             parsed = parse_recipient(address, self.settings.domains,
                                      self.settings.plus_addressing)
         except BadAddress:
-            return replies.MALFORMED_RCPT
+            return replies.MALFORMED_RCPT, None
         except ForeignDomain:
-            return replies.FOREIGN_DOMAIN.format(address)
+            return replies.FOREIGN_DOMAIN.format(address), None
         try:
-            target = await asyncio.to_thread(timed_store_call, "rcpt", self._resolve, parsed)
+            target = await asyncio.to_thread(timed_store_call, "resolve_recipient",
+                                             self._resolve, parsed)
         except (NotFound, InvalidName):
-            return replies.UNKNOWN_USER.format(address)
+            return replies.UNKNOWN_USER.format(address), None
         except MailStoreError as exc:
-            return replies.for_error(exc, address, self.settings.over_quota_code)
+            return replies.for_error(exc, address, self.settings.over_quota_code), None
         except Exception:  # a bug must not look like a permanent refusal: 451, logged
-            log.exception("RCPT %s", address)
-            return replies.TRY_AGAIN
-        envelope.rcpt_tos.append(address)
-        envelope.rcpt_options.extend(rcpt_options)
-        targets.append(target)
-        return replies.RCPT_OK.format(address)
+            self.log.failure("rcpt_failed", address=address)
+            return replies.TRY_AGAIN, None
+        return replies.RCPT_OK.format(address), target
 
     def _resolve(self, parsed) -> tuple[str, str]:
         """(user, mailbox) for an address; raises NotFound or OverQuota.  In a worker thread.
@@ -99,8 +115,21 @@ class DeliveryHandler:
             return parsed.user, "INBOX"  # no such folder: plain INBOX delivery
 
     async def handle_DATA(self, server, session, envelope):
+        record = transaction(envelope)
+        record.in_data = True  # the line is written here, once the replies are known
+        try:
+            return await self._deliver(session, envelope, record)
+        finally:
+            # Also when the client went away while the store worked (the task is cancelled):
+            # recipients without a result are then logged "abandoned".
+            record.in_data = False
+            log_transaction(self.log, self.protocol, session, envelope)
+
+    async def _deliver(self, session, envelope, record) -> str:
         targets = _targets(envelope)
         delivery = trace.delivery_id()
+        record.queue_id = delivery
+        record.size = len(envelope.original_content)
         header = trace.trace_fields(
             sender=envelope.mail_from or "<>",
             recipients=list(dict.fromkeys(envelope.rcpt_tos)),
@@ -114,19 +143,33 @@ class DeliveryHandler:
                                               self.store, targets, source,
                                               delivery.encode(), not self.lmtp)
         except Exception as exc:  # the store failed as a whole: every recipient retries
-            log.warning("delivery %s failed: %r", delivery, exc)
+            if not isinstance(exc, MailStoreError):  # a bug: keep its traceback
+                self.log.failure("deliver_failed", queue_id=delivery)
             results = [Delivery(user, name, None, exc) for user, name in targets]
         answers = [self._answer(result, address, delivery)
                    for result, address in zip(results, envelope.rcpt_tos, strict=True)]
-        protocol = "lmtp" if self.lmtp else "smtp"
-        for result in results:
-            DELIVERIES.labels(protocol, "delivered" if result.error is None
-                              else type(result.error).__name__).inc()
         if self.lmtp:
-            return "\r\n".join(answers)
-        if all(r.error is None for r in results):
-            return replies.ACCEPTED.format(delivery)
-        return _smtp_refusal(results, answers)
+            reply = "\r\n".join(answers)
+        elif all(r.error is None for r in results):
+            reply = replies.ACCEPTED.format(delivery)
+        else:
+            reply = _smtp_refusal(results, answers)
+        for recipient, result, answer in zip(record.accepted(), results, answers,
+                                             strict=True):
+            recipient.result = "delivered" if result.error is None else "failed"
+            # What the client was told for this recipient: its own reply in LMTP, the
+            # message's in SMTP (the store error says why, when it is another's failure).
+            recipient.code = reply_code(answer if self.lmtp else reply)
+            recipient.mailbox = result.mailbox  # INBOX if its folder went away since RCPT
+            if result.error is not None:
+                recipient.error = type(result.error).__name__
+                recipient.reason = failure_reason(result.error)
+        return reply
+
+    def end_transaction(self, session, envelope) -> None:
+        """The protocol calls this when ``envelope``'s transaction ends without a reply to
+        DATA from here (RSET, HELO, QUIT, a lost connection, DATA refused by aiosmtpd)."""
+        log_transaction(self.log, self.protocol, session, envelope)
 
     def _answer(self, result: Delivery, address: str, delivery: str) -> str:
         if result.error is None:

@@ -4,6 +4,10 @@ aiosmtpd answers a few conditions itself, before any handler hook runs: a messag
 limit, an unparseable address, an over-long line.  Its texts carry no enhanced status code, and
 in LMTP it answers a refused DATA once where the client waits for one reply per recipient
 (RFC 2033 4.2).  :meth:`push` rewrites exactly those replies; everything else passes through.
+
+A transaction that ends without the handler's reply to DATA (RSET, HELO/EHLO, a lost
+connection, a DATA refused here) is handed to the handler's ``end_transaction`` for its log
+line (``journal``).
 """
 
 from __future__ import annotations
@@ -11,7 +15,9 @@ from __future__ import annotations
 from aiosmtpd.lmtp import LMTP
 from aiosmtpd.smtp import SMTP, syntax
 
+from ..observe import RECEIVED_BYTES, SENT_BYTES
 from . import replies
+from .journal import transaction
 
 # aiosmtpd 1.4's own texts -> ours.
 _MAIL_SIZE = "552 Error: message size exceeds fixed maximum message size"
@@ -32,6 +38,7 @@ class _StoreReplies:
     """
 
     per_recipient_data_replies = False
+    metrics_label = "smtp"
     in_data = False  # from DATA until its reply is sent: a stop waits for it
 
     def __init__(self, handler, *, line_length_limit: int, connections: set, **options):
@@ -43,9 +50,24 @@ class _StoreReplies:
         super().connection_made(transport)
         self.connections.add(self)
 
+    def data_received(self, data):
+        RECEIVED_BYTES.labels(self.metrics_label).inc(len(data))
+        super().data_received(data)
+
     def connection_lost(self, error):
         self.connections.discard(self)
+        self._end_transaction()
         super().connection_lost(error)
+
+    def _set_post_data_state(self):
+        # aiosmtpd's one place where an envelope is replaced by a new one (after DATA, RSET,
+        # HELO/EHLO, at connection): the old one's transaction is over.
+        self._end_transaction()
+        super()._set_post_data_state()
+
+    def _end_transaction(self) -> None:
+        if getattr(self, "envelope", None) is not None:
+            self.event_handler.end_transaction(self.session, self.envelope)
 
     @syntax("DATA")
     async def smtp_DATA(self, arg):
@@ -60,12 +82,18 @@ class _StoreReplies:
             if status == _MALFORMED:
                 in_rcpt = self.envelope is not None and self.envelope.mail_from is not None
                 status = replies.MALFORMED_RCPT if in_rcpt else replies.MALFORMED_SENDER
+                if in_rcpt:
+                    transaction(self.envelope).reject(None, status)
             elif status in _DATA_REFUSALS:
                 status = _DATA_REFUSALS[status]
+                transaction(self.envelope).refuse_data(status)
                 if self.per_recipient_data_replies and self.envelope.rcpt_tos:
                     status = "\r\n".join([status] * len(self.envelope.rcpt_tos))
             elif status == _MAIL_SIZE:
                 status = replies.TOO_LARGE
+        octets = (status.encode("utf-8", "surrogateescape") if isinstance(status, str)
+                  else status)
+        SENT_BYTES.labels(self.metrics_label).inc(len(octets) + 2)
         await super().push(status)
 
 
@@ -75,3 +103,4 @@ class StoreSMTP(_StoreReplies, SMTP):
 
 class StoreLMTP(_StoreReplies, LMTP):
     per_recipient_data_replies = True
+    metrics_label = "lmtp"

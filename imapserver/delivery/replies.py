@@ -21,6 +21,21 @@ LINE_TOO_LONG = "500 5.5.6 Line too long"
 TRY_AGAIN = "451 4.3.0 Temporary storage failure, try again later"
 
 
+# Why a recipient was refused, by the enhanced status code of the reply: the ``reason`` label
+# of the rejected-recipients metric (docs/metrics.md).
+REASONS = {
+    "5.1.1": "unknown_user", "5.1.2": "foreign_domain", "5.1.3": "malformed",
+    "4.5.3": "too_many_recipients", "4.2.2": "over_quota", "5.2.2": "over_quota",
+    "5.3.4": "too_large", "5.5.6": "line_too_long", "4.3.0": "unavailable",
+}
+
+
+def reason(reply: str) -> str:
+    """The REASONS entry of ``reply`` ("other" for a reply not listed there)."""
+    parts = reply.split(" ", 2)
+    return REASONS.get(parts[1] if len(parts) > 1 else "", "other")
+
+
 def over_quota(address: str, code: str) -> str:
     """Over quota: ``code`` is the configured policy, 452 (retry) or 552 (bounce)."""
     if code == "552":

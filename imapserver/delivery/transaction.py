@@ -9,13 +9,14 @@ through the recipients, in which case the rows already written are taken back (w
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Sequence
 
 from mailstore.errors import Conflict, MailStoreError, NotFound, OverQuota
 from mailstore.store import Delivery, MailStore
 
-log = logging.getLogger(__name__)
+from ..observe import Logger
+
+log = Logger("delivery")
 
 WITHDRAW_SCAN = 100
 """Newest messages of a mailbox searched for a row to withdraw.  Rows of other deliveries that
@@ -97,5 +98,6 @@ def _withdraw_marked(store: MailStore, targets: list[tuple[str, str]], marker: b
         except NotFound:
             continue
         except MailStoreError as exc:
-            log.error("delivery %s: could not withdraw from %s/%s after a storage failure "
-                      "(%s); a retry may deliver it twice", marker.decode(), user, name, exc)
+            # A retry may deliver it twice: the operator should know (docs/logs.md).
+            log.error("withdraw_failed", queue_id=marker.decode(), user=user, mailbox=name,
+                      error=str(exc))

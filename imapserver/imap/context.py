@@ -23,6 +23,20 @@ ANY = (NOT_AUTH, AUTH, SELECTED)
 
 _HANDLERS: dict[str, tuple[Callable, tuple[str, ...]]] = {}
 
+# Store calls by what they do, for the latency and error metrics (docs/metrics.md).
+_OPERATION_OF_FUNCTION = {
+    "_authenticate": "authenticate", "_open": "open_mailbox", "refresh": "refresh",
+    "_list_data": "list_mailboxes", "_recent_counts": "mailbox_status",
+    "create_mailbox": "create_mailbox", "rename_mailbox": "rename_mailbox",
+    "subscribe": "subscribe", "unsubscribe": "unsubscribe", "_render_batch": "fetch",
+    "_next_chunk": "read_content",
+}
+_OPERATION_OF_COMMAND = {  # closures (``def run()``) of these commands
+    "DELETE": "delete_mailbox", "STATUS": "mailbox_status", "APPEND": "append",
+    "CLOSE": "expunge", "EXPUNGE": "expunge", "STORE": "store_flags", "COPY": "copy",
+    "MOVE": "move", "SEARCH": "search",
+}
+
 
 class No(Exception):
     """A tagged NO: the command was valid but failed (RFC 3501 7.1.2)."""
@@ -62,6 +76,8 @@ class CommandContext:
         self.tag = tag
         self.name = name
         self.args = args
+        # UID's sub-command (UID's handler drops it from args): names its store calls.
+        self.uid_command = str(args[0]).upper() if name == "UID" and args else None
         self.out: list[bytes] = []
         self.finished = False
 
@@ -71,11 +87,17 @@ class CommandContext:
     def call(self, fn: Callable, *args, **kwargs):
         """Run a store call in the thread pool (timed for the store latency histogram); a
         Deferred firing with its result."""
-        operation = getattr(fn, "__name__", "call")
-        if operation in ("run", "<lambda>"):  # a command's own closure: label it by command
-            operation = self.name.lower()
         return threads.deferToThreadPool(self.server.reactor, self.server.threadpool,
-                                         timed_store_call, operation, fn, *args, **kwargs)
+                                         timed_store_call, self.store_operation(fn), fn,
+                                         *args, **kwargs)
+
+    def store_operation(self, fn: Callable) -> str:
+        """The ``operation`` label of a store call (observe.STORE_OPERATIONS): by the function
+        called, or for a command's own closure by the command."""
+        name = getattr(fn, "__name__", "")
+        if name in _OPERATION_OF_FUNCTION:
+            return _OPERATION_OF_FUNCTION[name]
+        return _OPERATION_OF_COMMAND.get(self.uid_command or self.name, "other")
 
     def flush(self) -> None:
         """Send what has accumulated (used before long waits: IDLE, literals, streaming)."""

@@ -35,7 +35,8 @@ from ..observe import (
     COMMAND_SECONDS,
     COMMANDS,
     CONNECTIONS,
-    ERRORS,
+    RECEIVED_BYTES,
+    SENT_BYTES,
     SESSIONS,
     Logger,
     command_label,
@@ -54,6 +55,8 @@ close_notify) before it is aborted: a client that stops reading cannot keep its 
 
 
 log = Logger("imap")
+_SENT = SENT_BYTES.labels("imap")  # the children, looked up once: every write counts
+_RECEIVED = RECEIVED_BYTES.labels("imap")
 
 
 class IMAPServerProtocol(protocol.Protocol):
@@ -83,6 +86,8 @@ class IMAPServerProtocol(protocol.Protocol):
         self._timeout_call = None
         self._abort_call = None
         self._gate = None
+        self.bytes_in = self.bytes_out = 0  # octets of IMAP, after TLS: the session line's
+        self.ended: str | None = None  # why close() was called (see connectionLost)
 
     # -- connection -------------------------------------------------------------------------
 
@@ -98,7 +103,7 @@ class IMAPServerProtocol(protocol.Protocol):
         self.commands = 0
         CONNECTIONS.inc()
         SESSIONS.inc()
-        log.info("connect remote={remote}", remote=self.remote)
+        log.debug("connect", remote=self.remote)
         self.server.connection_opened(self)
         if self.logged_out:
             return  # refused with BYE (too many connections): no greeting, no timer
@@ -109,11 +114,11 @@ class IMAPServerProtocol(protocol.Protocol):
     def connectionLost(self, reason=None) -> None:
         self.closed = True
         SESSIONS.dec()
-        log.info("disconnect user={user} remote={remote} commands={commands} "
-                 "seconds={seconds:.1f} logout={logout}", user=self.session.user,
-                 remote=getattr(self, "remote", "?"), commands=getattr(self, "commands", 0),
-                 seconds=time.monotonic() - getattr(self, "opened_at", time.monotonic()),
-                 logout=self.logged_out)
+        log.info("session", user=self.session.user, remote=getattr(self, "remote", None),
+                 tls=bool(self.session.tls), commands=getattr(self, "commands", 0),
+                 seconds=round(time.monotonic() - getattr(self, "opened_at", time.monotonic()),
+                               3), bytes_in=self.bytes_in, bytes_out=self.bytes_out,
+                 end=self.ended or "client_closed")
         for call in (self._timeout_call, self._abort_call):
             if call is not None and call.active():
                 call.cancel()
@@ -144,9 +149,9 @@ class IMAPServerProtocol(protocol.Protocol):
             self._timeout_call = reactor.callLater(seconds, self._timed_out)
 
     def _timed_out(self) -> None:
-        self.close(b"* BYE Autologout; idle for too long")
+        self.close(b"* BYE Autologout; idle for too long", "autologout")
 
-    def close(self, bye: bytes | None = None) -> None:
+    def close(self, bye: bytes | None = None, reason: str = "logout") -> None:
         """Close the connection once what was written has gone out: the one way the server
         ends a connection (LOGOUT, autologout, too many connections, shutdown, errors).
 
@@ -161,9 +166,12 @@ class IMAPServerProtocol(protocol.Protocol):
         Over TLS the server sends its close_notify and closes without waiting for the
         client's (RFC 8446 6.1 allows it), as Dovecot does: a client that is silent, or that
         reads the close but never answers it, must not keep its connection slot.
+
+        ``reason`` is how the session ended, for its log line (docs/logs.md).
         """
         if self.closed or self.closing:
             return
+        self.ended = reason
         if bye is not None and not self.streaming:
             self.write_lines([bye])
         self.closing = True
@@ -192,8 +200,7 @@ class IMAPServerProtocol(protocol.Protocol):
 
     def _abort(self) -> None:
         if not self.closed:
-            log.info("abort remote={remote}: closing connection did not drain",
-                     remote=getattr(self, "remote", "?"))
+            log.info("close_timeout", remote=getattr(self, "remote", None))
             self.transport.abortConnection()
 
     def _release_writers(self) -> None:
@@ -213,10 +220,16 @@ class IMAPServerProtocol(protocol.Protocol):
         for line in lines:
             out.append(line)
             out.append(CRLF)
+        size = sum(map(len, lines)) + 2 * len(lines)
+        self.bytes_out += size
+        _SENT.inc(size)
         self.transport.writeSequence(out)
 
     def write_raw(self, data: list[bytes]) -> None:
         if not (self.closed or self.closing):
+            size = sum(map(len, data))
+            self.bytes_out += size
+            _SENT.inc(size)
             self.transport.writeSequence(data)
 
     def cut(self, reason: str) -> None:
@@ -227,10 +240,10 @@ class IMAPServerProtocol(protocol.Protocol):
         it got for the whole."""
         if self.closed or self.closing:
             return
-        log.info("connection cut user={user} remote={remote}: {reason}",
-                 user=self.session.user, remote=getattr(self, "remote", "?"), reason=reason)
+        log.warn("connection_cut", user=self.session.user,
+                 remote=getattr(self, "remote", None), reason=reason)
         self.streaming = True  # no BYE either: it would land inside the literal
-        self.close()
+        self.close(reason="cut")
 
     # -- input ------------------------------------------------------------------------------
 
@@ -238,13 +251,14 @@ class IMAPServerProtocol(protocol.Protocol):
         if self.logged_out:
             return  # nothing is read (or answered) after LOGOUT
         self._buffer += data
+        self.bytes_in += len(data)
+        _RECEIVED.inc(len(data))
         self.reset_timeout()
         try:
             self._consume()
         except Exception:
-            ERRORS.labels("imap").inc()
-            log.failure("IMAP input processing failed")
-            self.close(b"* BYE Internal error")
+            log.failure("input_failed")  # counted in errors_total
+            self.close(b"* BYE Internal error", "error")
 
     def _consume(self) -> None:
         max_line = self.cfg["imap"]["max_line_length"]
@@ -433,6 +447,7 @@ class IMAPServerProtocol(protocol.Protocol):
             self.write_lines([tag.encode() + b" BAD Missing command"])
             return
         ctx = CommandContext(self, tag, tokens[1].upper(), tokens[2:])
+        label = command_label(ctx.name, ctx.args)  # before UID's handler consumes its arg
         self.commands += 1
         started = time.perf_counter()
         outcome = "OK"
@@ -448,13 +463,11 @@ class IMAPServerProtocol(protocol.Protocol):
             outcome = "NO"
             code, text = self.server.describe_error(exc)
             if code is None:
-                ERRORS.labels("imap").inc()
-                log.failure("IMAP command {command} failed", command=ctx.name)
+                log.failure("command_failed", command=ctx.name)
             ctx.finish(b"NO", text, code)
         else:
             if not ctx.finished:
                 ctx.finish(b"OK", f"{ctx.name} completed")
-        label = command_label(ctx.name)
         COMMANDS.labels(label, outcome).inc()
         if label != "IDLE":  # IDLE lasts as long as the client wants; not a latency
             COMMAND_SECONDS.labels(label).observe(time.perf_counter() - started)

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from twisted.internet import protocol, task, threads
-from twisted.logger import Logger
 from twisted.python.threadpool import ThreadPool
 
 from mailstore import errors
 
+from ..observe import Logger
 from .notify import Watchers
 from .protocol import IMAPServerProtocol
 from .session import Session
@@ -57,8 +57,7 @@ class IMAPServer(protocol.ServerFactory):
     def _sweep(self):
         d = threads.deferToThreadPool(self.reactor, self.threadpool, self.store.sweep_released)
         # A failing backend is tried again at the next sweep; the loop must not stop.
-        d.addErrback(lambda failure: log.warn("sweep of released content failed: {error}",
-                                              error=failure.getErrorMessage()))
+        d.addErrback(lambda failure: log.warn("sweep_failed", error=failure.getErrorMessage()))
         return d
 
     def buildProtocol(self, addr):
@@ -72,7 +71,7 @@ class IMAPServer(protocol.ServerFactory):
     def connection_opened(self, conn) -> None:
         self.connections.add(conn)
         if len(self.connections) > self.cfg["imap"]["max_connections"]:
-            conn.close(b"* BYE Too many connections, try again later")
+            conn.close(b"* BYE Too many connections, try again later", "too_many_connections")
 
     def connection_closed(self, conn) -> None:
         self.connections.discard(conn)
@@ -115,7 +114,7 @@ class IMAPServer(protocol.ServerFactory):
             if busy() and self.reactor.seconds() < deadline:
                 return task.deferLater(self.reactor, 0.05, finish)
             for conn in list(self.connections):
-                conn.close(b"* BYE Server shutting down")
+                conn.close(b"* BYE Server shutting down", "shutdown")
             return threads.deferToThreadPool(self.reactor, self.threadpool, lambda: None)
 
         d = finish()

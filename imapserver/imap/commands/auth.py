@@ -5,9 +5,10 @@
     login        = "LOGIN" SP userid SP password                    ; 6.2.3
 
 Failed logins wait ``auth_failure_delay`` seconds and say the same whether the user exists or
-not, or the name is not even a valid user name.  Logins and failed logins are structured events
-of the ``imap`` log namespace (user, mechanism, remote address; never the password), counted in
-``imap_logins_total``.  Password checks (scrypt) run in the thread pool.
+not, or the name is not even a valid user name.  Logins and failed logins are logged (events
+``login`` and ``login_failed``: user, mechanism, remote address; never the password,
+docs/logs.md) and counted (``hbaseimap_imap_logins_total``, docs/metrics.md).  Password
+checks (scrypt) run in the thread pool.
 """
 
 from __future__ import annotations
@@ -62,8 +63,8 @@ def _login(ctx, user: str, password: str, mechanism: str):
     who = yield ctx.call(_authenticate, ctx.store, user, password)
     if who is None:
         LOGINS.labels("failed").inc()
-        log.warn("imap login failed: user={user!r} mechanism={mechanism} remote={remote}",
-                 user=user, mechanism=mechanism, remote=getattr(peer, "host", "?"))
+        log.warn("login_failed", user=user, mechanism=mechanism,
+                 remote=getattr(peer, "host", None))
         yield task.deferLater(ctx.server.reactor, ctx.server.cfg["imap"]["auth_failure_delay"],
                               lambda: None)
         raise No("Authentication failed", "AUTHENTICATIONFAILED")
@@ -71,8 +72,7 @@ def _login(ctx, user: str, password: str, mechanism: str):
         raise No("Too many connections for this user", "LIMIT")
     ctx.session.user = who
     LOGINS.labels("ok").inc()
-    log.info("imap login: user={user} mechanism={mechanism} remote={remote}", user=who,
-             mechanism=mechanism, remote=getattr(peer, "host", "?"))
+    log.info("login", user=who, mechanism=mechanism, remote=getattr(peer, "host", None))
     caps = " ".join(ctx.session.capabilities())
     ctx.finish(b"OK", f"{mechanism} completed", f"CAPABILITY {caps}")
 
