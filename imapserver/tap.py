@@ -13,6 +13,8 @@ import asyncio
 from twisted.application import service
 from twisted.python import usage
 
+from mailstore.errors import MailStoreError
+
 from .main import announce, build_parser, load_config, open_store
 
 
@@ -47,7 +49,12 @@ class ImapService(service.Service):
         from .memory import pin_malloc_threshold
         pin_malloc_threshold()
         cfg = load_config(build_parser().parse_args(self.argv))
-        self.store = open_store(cfg)
+        try:
+            self.store = open_store(cfg)
+        except MailStoreError as exc:
+            # A refused or unreachable store is the operator's to fix: one line naming it
+            # (as the imapserver command prints), not a traceback.
+            raise SystemExit(f"imapserver: cannot open the store: {exc}") from None
         loop = reactor._asyncioEventloop
         asyncio.set_event_loop(loop)
         self.services = start_services(self.store, cfg, reactor, loop, announce)
