@@ -18,7 +18,6 @@ import sys
 from twisted.application import service
 from twisted.python import usage
 
-
 from .main import announce, build_parser, load_config, open_store
 
 
