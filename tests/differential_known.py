@@ -15,13 +15,11 @@ from __future__ import annotations
 import re
 
 from differential import (
-    DefectFixed,
     Event,
     Response,
     answers,
     command_text,
     deliberate,
-    known_defect,
     response_lines,
     word,
 )
@@ -435,43 +433,3 @@ answers("auth-mechanism-code",
         "AUTHENTICATE with a mechanism we do not offer: NO [CANNOT] (RFC 5530: can never "
         "succeed); Dovecot uses [ALERT].",
         {"AUTHENTICATE UNKNOWN-MECH": (["tag NO [CANNOT]"], ["tag NO [ALERT]"])})
-
-
-# -- known defects, being fixed on other branches -------------------------------------------------
-
-
-@known_defect("recent",
-              "Issue 11 (3), RFC 3501 2.3.2: \\Recent is not implemented (fix on another "
-              "branch; tests/test_differential_issue11.py checks it). '* n RECENT', \\Recent in "
-              "FLAGS and STATUS RECENT are removed on both sides.")
-def _mask_recent(ours: Event, dovecot: Event) -> bool:
-    changed = False
-    for side, event in (("ours", ours), ("dovecot", dovecot)):
-        kept = []
-        for r in event.responses:
-            if r.kind == "data" and len(r.data) == 2 and word(r.data[1]) == b"RECENT":
-                if side == "ours" and r.data[0] != b"0":
-                    raise DefectFixed("ours reports RECENT: remove KNOWN_DEFECTS['recent']")
-                changed |= side == "dovecot"
-                continue
-            if r.kind == "data" and len(r.data) >= 3 and word(r.data[1]) == b"FETCH":
-                items = r.data[2]
-                for k in range(0, len(items) - 1, 2):
-                    if word(items[k]) == b"FLAGS" and isinstance(items[k + 1], list):
-                        if b"\\Recent" in items[k + 1]:
-                            if side == "ours":
-                                raise DefectFixed("ours sends \\Recent: remove the mask")
-                            items[k + 1] = [f for f in items[k + 1] if f != b"\\Recent"]
-                            changed = True
-            elif r.kind == "data" and len(r.data) == 3 and word(r.data[0]) == b"STATUS":
-                items = r.data[2]
-                pairs = [(items[k], items[k + 1]) for k in range(0, len(items) - 1, 2)]
-                for a, b in pairs:
-                    if word(a) == b"RECENT" and b != b"0":
-                        if side == "ours":
-                            raise DefectFixed("ours reports STATUS RECENT: remove the mask")
-                        changed = True
-                r.data[2] = [x for a, b in pairs if word(a) != b"RECENT" for x in (a, b)]
-            kept.append(r)
-        event.responses[:] = kept
-    return changed

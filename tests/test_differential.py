@@ -9,9 +9,8 @@ What we advertise (imapserver/imap/session.py): IMAP4rev1 LITERAL+ SASL-IR ID EN
 NAMESPACE UIDPLUS MOVE UNSELECT CHILDREN SPECIAL-USE LIST-EXTENDED LIST-STATUS MULTIAPPEND
 APPENDLIMIT; all of these Dovecot advertises too except APPENDLIMIT (not compared).
 
-Scripts for the issue-11 defects being fixed on other branches are in
-tests/test_differential_issue11.py; here the ``recent`` known-defect mask keeps ``\\Recent``
-(issue 11 case 3) out of scripts about other things, and fails once the fix is merged.
+Scripts for the issue-11 defects are in tests/test_differential_issue11.py; \\Recent (issue 11
+case 3) is compared in every script.
 """
 
 from __future__ import annotations
@@ -148,8 +147,7 @@ SCRIPTS: list[Script] = []
 
 
 def script(name: str, steps: list, **kw) -> None:
-    """Add a script; every one gets the ``recent`` mask (issue 11 (3), pending elsewhere)."""
-    kw["defects"] = tuple(dict.fromkeys(("recent", *kw.get("defects", ()))))
+    """Add a script."""
     SCRIPTS.append(Script(name, steps, **kw))
 
 
@@ -695,18 +693,6 @@ def test_compare_fails_on_any_other_difference():
                   events(b"A1 OK"), events(b"* 1 FETCH (UID 1 BODY[] {3}\r\nabc)", b"A1 NO")):
         with pytest.raises(AssertionError, match="--- dovecot"):
             judge.compare(plain, same, other)
-
-
-def test_defect_mask_expires_with_the_fix():
-    """The ``recent`` mask raises DefectFixed once our server reports recent messages."""
-    from differential import DefectFixed, Differential, Event
-
-    ours = [Event("A", "A1 SELECT INBOX", [parse_response(b"* 2 RECENT"),
-                                           parse_response(b"A1 OK")])]
-    theirs = [Event("A", "A1 SELECT INBOX", [parse_response(b"* 2 RECENT"),
-                                             parse_response(b"A1 OK")])]
-    with pytest.raises(DefectFixed):
-        Differential(None, None).compare(Script("t", [], defects=("recent",)), ours, theirs)
 
 
 def test_dovecot_advertises_what_we_do(differential):

@@ -22,7 +22,7 @@ SCRIPTS = [
         ("A", append("INBOX", message(1), "\\Seen", date(1))),
         ("A", "EXAMINE INBOX"), ("A", "FETCH 1 (UID FLAGS UID)"),
         ("A", "FETCH 1 (FLAGS FLAGS)"), ("A", "UID FETCH 1 (UID)"),
-    ], defects=("recent",),
+    ],
         doc="RFC 3501 7.4.2: one FETCH response carries each data item once."),
 
     Script("literal-in-header-fields", [
@@ -30,7 +30,7 @@ SCRIPTS = [
         ("A", "EXAMINE INBOX"),
         ("A", ("FETCH 1 (BODY.PEEK[HEADER.FIELDS (", lit(b"Subject"), ")])")),
         ("A", ("FETCH 1 (BODY.PEEK[HEADER.FIELDS.NOT (From ", lit(b"To"), ")])")),
-    ], defects=("recent",),
+    ],
         doc="RFC 3501 section 9: header-fld-name = astring, so a literal may name a field."),
 
     Script("list-inbox-wildcard", [
