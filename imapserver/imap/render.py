@@ -48,7 +48,7 @@ from __future__ import annotations
 
 import re
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from .sections import Section, parse_section
@@ -351,13 +351,30 @@ def parse_fetch_item(text: str) -> FetchItem:
     return FetchItem("BODY[]", name, not peek, _needs(section), section, partial)
 
 
+def _once(items: list[FetchItem]) -> list[FetchItem]:
+    """``items`` without repeats (same response name and range), first position kept."""
+    first: dict[tuple, int] = {}
+    out: list[FetchItem] = []
+    for item in items:
+        key = (item.name, item.partial)
+        at = first.get(key)
+        if at is None:
+            first[key] = len(out)
+            out.append(item)
+        elif item.sets_seen and not out[at].sets_seen:
+            out[at] = replace(out[at], sets_seen=True)
+    return out
+
+
 def parse_fetch_items(spec: Any) -> list[FetchItem]:
     """Parse the FETCH argument after the sequence set, as :func:`wire.tokenize` gives it.
 
     :param spec: an :class:`~imapserver.imap.wire.Atom` (one item, or the macro ``ALL``,
                  ``FAST`` or ``FULL``) or a ``list`` of atoms (macros are not allowed in a
                  list, RFC 3501 section 6.4.5)
-    :return: the items in the order given, duplicates kept
+    :return: the items in the order given, each once (RFC 3501 7.4.2: a FETCH response
+             carries a data item once; Dovecot answers ``(UID FLAGS UID)`` with one UID).
+             ``BODY[...]`` repeated as ``BODY.PEEK[...]`` is one item that sets \\Seen.
     :raises ValueError: with the reason, for anything malformed (a BAD response)
     """
     if isinstance(spec, Atom):
@@ -375,5 +392,5 @@ def parse_fetch_items(spec: Any) -> list[FetchItem]:
             if token.upper() in _MACROS:
                 raise ValueError(f"{token} cannot be used inside a list")
             items.append(parse_fetch_item(token))
-        return items
+        return _once(items)
     raise ValueError("expected a FETCH item or a list of them")
