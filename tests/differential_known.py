@@ -12,6 +12,7 @@ docs/differential.md holds the table of :data:`differential.DELIBERATE`; keep it
 
 from __future__ import annotations
 
+import datetime
 import re
 
 from differential import (
@@ -367,6 +368,39 @@ def _strict_syntax(ours: Event, dovecot: Event) -> bool:
     theirs = _tagged(dovecot)
     if command_text(ours) in STRICT_SYNTAX and response_lines(ours) == ["tag BAD"] \
             and theirs is not None and theirs.status == b"OK":
+        dovecot.responses[:] = ours.responses
+        return True
+    return False
+
+
+_APPEND_DATE = re.compile(r'APPEND \S+ (?:\([^)]*\) )?"([^"]*)"')
+
+
+def _impossible_date(text: str) -> bool:
+    """Whether ``text`` is an RFC 3501 date-time in form whose day or time does not exist."""
+    m = re.fullmatch(r" ?(\d{1,2})-([A-Z][a-z]{2})-(\d{4}) (\d\d):(\d\d):(\d\d) [+-]\d{4}", text)
+    if m is None:
+        return False
+    try:
+        datetime.datetime.strptime(f"{m[1]}-{m[2]}-{m[3]}", "%d-%b-%Y")
+    except ValueError:
+        return True
+    return int(m[4]) > 23 or int(m[5]) > 59 or int(m[6]) > 60
+
+
+@deliberate("append-impossible-date",
+            "APPEND with a date-time that does not exist (31-Feb, 29-Feb of a common year, "
+            "32-Jan, hour 24, minute 60) is BAD here: RFC 3501 6.3.11 says the internal date "
+            "SHOULD be set to the one given, which is impossible, and storing another date "
+            "in its place would lose the client's intent silently (SEARCH dates are refused "
+            "alike, see strict-syntax). Dovecot says OK and stores the current time. "
+            "Dovecot's answer is replaced by ours for such APPENDs.")
+def _append_impossible_date(ours: Event, dovecot: Event) -> bool:
+    theirs = _tagged(dovecot)
+    m = _APPEND_DATE.match(command_text(ours))
+    if m and _impossible_date(m[1]) and response_lines(ours) == ["tag BAD"] \
+            and theirs is not None and theirs.status == b"OK" \
+            and command_text(ours) == command_text(dovecot):
         dovecot.responses[:] = ours.responses
         return True
     return False

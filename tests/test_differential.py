@@ -320,6 +320,23 @@ script("append", [
        "SELECT INBOX", "FETCH 1:* (UID FLAGS INTERNALDATE RFC822.SIZE)"),
 ], deliberate=("refuse-after-literal",))
 
+# Dates at the edge of the calendar: a leap day, a leap second (taken as second 59 by both),
+# zones at the grammar's limits; then dates that do not exist, refused here (the last steps:
+# Dovecot stores them with the current time, so the mailboxes differ afterwards).
+script("append-date-edges", [
+    ("A", append("INBOX", message(1), "", "29-Feb-2024 12:00:00 +0000")),
+    ("A", append("INBOX", message(2), "", " 1-Jan-2026 23:59:60 +0000")),
+    ("A", append("INBOX", message(3), "", "31-Dec-2025 23:59:59 -1159")),
+    ("A", append("INBOX", message(4), "", "01-Jan-2026 00:00:00 +2359")),
+    *s("A", "EXAMINE INBOX", "FETCH 1:* INTERNALDATE", "SEARCH ON 1-Jan-2026"),
+    ("A", append("INBOX", message(5), "", "31-Feb-2026 00:00:00 +0000")),
+    ("A", append("INBOX", message(6), "", "29-Feb-2026 00:00:00 +0000")),
+    ("A", append("INBOX", message(7), "", "31-Apr-2026 00:00:00 +0000")),
+    ("A", append("INBOX", message(8), "\\Seen", "32-Jan-2026 00:00:00 +0000")),
+    ("A", append("INBOX", message(9), "", " 1-Jan-2026 24:00:00 +0000")),
+    ("A", append("INBOX", message(10), "", " 1-Jan-2026 23:60:00 +0000")),
+], deliberate=("append-impossible-date",))
+
 # Last step: after refusing it, Dovecot stops answering on that connection.
 script("append-empty-message", [("A", ("APPEND INBOX ", plus(b"")))],
        deliberate=("append-empty-message",))
