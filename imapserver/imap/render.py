@@ -48,7 +48,7 @@ from __future__ import annotations
 
 import re
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 from .sections import Section, parse_section
@@ -352,17 +352,19 @@ def parse_fetch_item(text: str) -> FetchItem:
 
 
 def _once(items: list[FetchItem]) -> list[FetchItem]:
-    """``items`` without repeats (same response name and range), first position kept."""
-    first: dict[tuple, int] = {}
+    """``items`` with each item that has a name of its own once, first position kept.
+
+    ``BODY[section]`` items stay as asked, repeats included: like Dovecot, we answer each
+    section asked for (``BODY[]<0.5>`` twice gives it twice); RFC 3501 7.4.2 fixes neither.
+    """
+    seen: set[str] = set()
     out: list[FetchItem] = []
     for item in items:
-        key = (item.name, item.partial)
-        at = first.get(key)
-        if at is None:
-            first[key] = len(out)
-            out.append(item)
-        elif item.sets_seen and not out[at].sets_seen:
-            out[at] = replace(out[at], sets_seen=True)
+        if item.kind != "BODY[]":
+            if item.name in seen:
+                continue
+            seen.add(item.name)
+        out.append(item)
     return out
 
 
@@ -373,8 +375,8 @@ def parse_fetch_items(spec: Any) -> list[FetchItem]:
                  ``FAST`` or ``FULL``) or a ``list`` of atoms (macros are not allowed in a
                  list, RFC 3501 section 6.4.5)
     :return: the items in the order given, each once (RFC 3501 7.4.2: a FETCH response
-             carries a data item once; Dovecot answers ``(UID FLAGS UID)`` with one UID).
-             ``BODY[...]`` repeated as ``BODY.PEEK[...]`` is one item that sets \\Seen.
+             carries a data item once; Dovecot answers ``(UID FLAGS UID)`` with one UID),
+             except ``BODY[section]`` items, answered as often as asked (as Dovecot does)
     :raises ValueError: with the reason, for anything malformed (a BAD response)
     """
     if isinstance(spec, Atom):
