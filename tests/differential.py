@@ -665,6 +665,8 @@ class Target:
     name: str
     port: int
     add_user: Callable[[str, str], None]
+    ports: dict[str, int] = field(default_factory=dict)
+    """Sessions served on another port than ``port`` (a second process on the same store)."""
 
 
 class Differential:
@@ -683,7 +685,8 @@ class Differential:
             for label, action in script.steps:
                 session = sessions.get(label)
                 if session is None:
-                    session = sessions[label] = Session(label, target.port)
+                    session = sessions[label] = Session(label,
+                                                        target.ports.get(label, target.port))
                     greeting = parse_response(session.conn.read_response())
                     greeting = Response("greeting", status=greeting.status, raw=greeting.raw)
                     events.append(Event(label, "(connect)", [greeting]))
