@@ -187,39 +187,6 @@ def _refuse_after_literal(ours: Event, dovecot: Event) -> bool:
     return True
 
 
-@deliberate("expunge-before-fetch",
-            "When several changes by another session are reported at once, we send the "
-            "EXPUNGEs first and then the FETCHes with the new sequence numbers (RFC 3501 7.4.1 "
-            "and 5.2); Dovecot may send a FETCH before the EXPUNGE, numbered before it. "
-            "Dovecot's are put in our order, renumbered.")
-def _expunge_before_fetch(ours: Event, dovecot: Event) -> bool:
-    kinds = [word(r.data[1]) if r.kind == "data" and len(r.data) > 1 else b""
-             for r in dovecot.responses]
-    if b"EXPUNGE" not in kinds or b"FETCH" not in kinds:
-        return False
-    if kinds.index(b"FETCH") > max(i for i, k in enumerate(kinds) if k == b"EXPUNGE"):
-        return False
-    fetches, expunges, rest = [], [], []
-    for r, kind in zip(dovecot.responses, kinds, strict=True):
-        if kind == b"FETCH":
-            fetches.append(r)
-        elif kind == b"EXPUNGE":
-            gone = int(r.data[0])
-            for f in list(fetches):
-                seq = int(f.data[0])
-                if seq == gone:
-                    fetches.remove(f)
-                elif seq > gone:
-                    f.data[0] = str(seq - 1).encode()
-            expunges.append(r)
-        else:
-            rest.append(r)
-    tagged = [r for r in rest if r.kind == "tagged"]
-    others = [r for r in rest if r.kind != "tagged"]
-    dovecot.responses[:] = expunges + others + fetches + tagged
-    return True
-
-
 @deliberate("status-inbox-name",
             "STATUS of 'inbox' (any case): we answer with the name INBOX (RFC 3501 5.1: INBOX "
             "is case-insensitive, and this is its name); Dovecot echoes the client's spelling.")

@@ -387,7 +387,7 @@ script("expunge-close-unselect", [
     *s("A", "EXAMINE INBOX", "CLOSE", "STATUS INBOX (MESSAGES)", "SELECT INBOX", "CLOSE",
        "STATUS INBOX (MESSAGES)"),
     *s("B", "NOOP", "FETCH 1:* UID"),
-], deliberate=("unsolicited-fetch-uid", "expunge-before-fetch", "dovecot-qresync-codes"))
+], deliberate=("unsolicited-fetch-uid", "dovecot-qresync-codes"))
 
 # -- FETCH --------------------------------------------------------------------------------------
 
@@ -734,3 +734,21 @@ def test_dovecot_advertises_what_we_do(differential):
     theirs = capabilities(differential.dovecot.port, "capabilities")
     assert "IMAP4rev1" in ours
     assert ours - theirs == {"APPENDLIMIT"}
+
+
+def test_expunges_first_is_the_common_order():
+    """RFC 3501 7.4.1, 5.2: a flag change reported before an expunge (Dovecot's order) and
+    after it (ours) are the same state; the normaliser puts the FETCH after the EXPUNGEs,
+    renumbered, and drops a FETCH of the expunged message itself."""
+    from differential import expunges_first
+
+    def lines(*raw: bytes) -> list[str]:
+        return [render(r)[0] for r in expunges_first([parse_response(x) for x in raw])]
+
+    theirs = lines(b"* 2 FETCH (FLAGS (\\Seen))", b"* 4 FETCH (FLAGS ())",
+                   b"* 5 FETCH (FLAGS ())", b"* 3 EXPUNGE", b"* 3 EXPUNGE", b"* 3 EXISTS",
+                   b"A1 OK")
+    ours = lines(b"* 3 EXPUNGE", b"* 3 EXPUNGE", b"* 2 FETCH (FLAGS (\\Seen))",
+                 b"* 3 FETCH (FLAGS ())", b"* 3 EXISTS", b"A1 OK")
+    assert theirs == ours
+    assert lines(b"* 1 FETCH (FLAGS ())", b"A1 OK") == ["* 1 FETCH (FLAGS ())", "A1 OK"]
