@@ -651,5 +651,6 @@ def test_literal_names_a_header_field():
     assert items[0].section.fields == (b"SUBJECT", b"TO") and items[0].partial == (0, 9)
     # a literal outside a section stays a literal; CRLF can be no field name
     assert tokenize([b"a SEARCH HEADER {7}", b"Subject", b" x"])[3:] == [b"Subject", "x"]
+    assert tokenize([b"a APPEND body[x {5}", b"hello", b""])[2:] == ["body[x", b"hello"]
     with pytest.raises(ParseError):
         tokenize([b"a FETCH 1 BODY[HEADER.FIELDS ({3}", b"a\r\n", b")]"])

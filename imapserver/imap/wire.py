@@ -96,8 +96,12 @@ def _fold_section_literals(segments: list) -> list:
     return out
 
 
+_HEADER_LIST = re.compile(rb"(?:[0-9]+\.)*HEADER\.FIELDS(?:\.NOT)? \(", re.IGNORECASE)
+
+
 def _unclosed_section(line: bytes) -> bool:
-    """Whether ``line`` ends inside the brackets of a section (``BODY[HEADER.FIELDS (``)."""
+    """Whether ``line`` ends inside the header list of a section (``BODY[HEADER.FIELDS (``);
+    ``APPEND body[x {5}`` names a mailbox and its literal is a message."""
     i, n = 0, len(line)
     while i < n:
         c = line[i]
@@ -116,7 +120,7 @@ def _unclosed_section(line: bytes) -> bool:
                 if line[start:i].upper().decode("latin-1") in _SECTION_OWNERS:
                     end = _section_end(line, i)
                     if end < 0:
-                        return True
+                        return _HEADER_LIST.match(line, i + 1) is not None
                     i = end
                 i += 1
     return False
