@@ -17,6 +17,8 @@ normalises what RFC 3501 leaves to the server:
   appearance, so both servers must still be consistent);
 * INTERNALDATE values within a day of the run (APPEND without a date: the server's clock);
 * the order of items inside one FETCH response (RFC 3501 7.4.2 fixes none);
+* a FETCH sent before an EXPUNGE in the same reply goes after it, renumbered
+  (:func:`expunges_first`: RFC 3501 7.4.1 and 5.2 leave the order to the server);
 * quoted vs literal vs atom form of a string (RFC 3501 4.3: the server's choice).
 
 Anything else is a difference: :meth:`Differential.run` fails with a unified diff of the two
@@ -29,6 +31,7 @@ refuses to apply once our server no longer shows the defect, so it cannot outliv
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import datetime
 import difflib
 import hashlib
@@ -467,6 +470,40 @@ def sort_listings(responses: list[Response]) -> list[Response]:
     return out
 
 
+def expunges_first(responses: list[Response]) -> list[Response]:
+    """``responses`` with every untagged FETCH that came before an EXPUNGE of the same
+    response put after the last EXPUNGE, renumbered as the EXPUNGEs shift it (and dropped if
+    its own message is expunged).
+
+    RFC 3501 7.4.1 and 5.2 leave it to the server whether a flag change another session made
+    is reported before or after an expunge reported at the same time: Dovecot sends the FETCH
+    first, numbered before the EXPUNGE, we send the EXPUNGEs first.  Both tell the client the
+    same state; this is the common form.
+    """
+    def kind(r: Response) -> bytes:
+        return word(r.data[1]) if r.kind == "data" and len(r.data) > 1 else b""
+
+    kinds = [kind(r) for r in responses]
+    if b"EXPUNGE" not in kinds:
+        return responses
+    last = max(i for i, k in enumerate(kinds) if k == b"EXPUNGE")
+    if b"FETCH" not in kinds[:last]:
+        return responses
+    moved: list[Response] = []
+    out: list[Response] = []
+    for r, k in zip(responses[:last + 1], kinds, strict=False):
+        if k == b"FETCH" and isinstance(r.data[0], bytes) and r.data[0].isdigit():
+            moved.append(r)
+            continue
+        if k == b"EXPUNGE" and r.data[0].isdigit():
+            gone = int(r.data[0])
+            moved = [f if int(f.data[0]) < gone else
+                     dataclasses.replace(f, data=[b"%d" % (int(f.data[0]) - 1), *f.data[1:]])
+                     for f in moved if int(f.data[0]) != gone]
+        out.append(r)
+    return out + moved + responses[last + 1:]
+
+
 _INTERNALDATE = re.compile(rb"\d{1,2}-[A-Z][a-z]{2}-\d{4} \d\d:\d\d:\d\d [+-]\d{4}")
 
 
@@ -665,6 +702,8 @@ class Target:
     name: str
     port: int
     add_user: Callable[[str, str], None]
+    ports: dict[str, int] = field(default_factory=dict)
+    """Sessions served on another port than ``port`` (a second process on the same store)."""
 
 
 class Differential:
@@ -683,7 +722,8 @@ class Differential:
             for label, action in script.steps:
                 session = sessions.get(label)
                 if session is None:
-                    session = sessions[label] = Session(label, target.port)
+                    session = sessions[label] = Session(label,
+                                                        target.ports.get(label, target.port))
                     greeting = parse_response(session.conn.read_response())
                     greeting = Response("greeting", status=greeting.status, raw=greeting.raw)
                     events.append(Event(label, "(connect)", [greeting]))
@@ -721,7 +761,8 @@ class Differential:
             seen: dict = {}
             out = []
             for e in events:
-                responses = [normalise(r, seen) for r in sort_listings(e.responses)]
+                responses = [normalise(r, seen)
+                             for r in expunges_first(sort_listings(e.responses))]
                 out.append(Event(e.client, e.sent, responses))
             return out
         a, b = norm(ours), norm(dovecot)

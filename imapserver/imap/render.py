@@ -351,13 +351,32 @@ def parse_fetch_item(text: str) -> FetchItem:
     return FetchItem("BODY[]", name, not peek, _needs(section), section, partial)
 
 
+def _once(items: list[FetchItem]) -> list[FetchItem]:
+    """``items`` with each item that has a name of its own once, first position kept.
+
+    ``BODY[section]`` items stay as asked, repeats included: like Dovecot, we answer each
+    section asked for (``BODY[]<0.5>`` twice gives it twice); RFC 3501 7.4.2 fixes neither.
+    """
+    seen: set[str] = set()
+    out: list[FetchItem] = []
+    for item in items:
+        if item.kind != "BODY[]":
+            if item.name in seen:
+                continue
+            seen.add(item.name)
+        out.append(item)
+    return out
+
+
 def parse_fetch_items(spec: Any) -> list[FetchItem]:
     """Parse the FETCH argument after the sequence set, as :func:`wire.tokenize` gives it.
 
     :param spec: an :class:`~imapserver.imap.wire.Atom` (one item, or the macro ``ALL``,
                  ``FAST`` or ``FULL``) or a ``list`` of atoms (macros are not allowed in a
                  list, RFC 3501 section 6.4.5)
-    :return: the items in the order given, duplicates kept
+    :return: the items in the order given, each once (RFC 3501 7.4.2: a FETCH response
+             carries a data item once; Dovecot answers ``(UID FLAGS UID)`` with one UID),
+             except ``BODY[section]`` items, answered as often as asked (as Dovecot does)
     :raises ValueError: with the reason, for anything malformed (a BAD response)
     """
     if isinstance(spec, Atom):
@@ -375,5 +394,5 @@ def parse_fetch_items(spec: Any) -> list[FetchItem]:
             if token.upper() in _MACROS:
                 raise ValueError(f"{token} cannot be used inside a list")
             items.append(parse_fetch_item(token))
-        return items
+        return _once(items)
     raise ValueError("expected a FETCH item or a list of them")

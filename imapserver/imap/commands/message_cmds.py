@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import calendar
+import datetime
 import re
 
 from twisted.internet import defer
@@ -67,7 +68,15 @@ def _existing(store, user: str, name: str):
 
 
 def parse_date_time(raw: bytes) -> float:
-    """RFC 3501 date-time: "dd-Mon-yyyy hh:mm:ss +zzzz" (day may be space-padded)."""
+    """RFC 3501 date-time: "dd-Mon-yyyy hh:mm:ss +zzzz" (day may be space-padded).
+
+    An impossible date or time (31-Feb, 29-Feb of a common year, hour 24, minute 60) is BAD
+    rather than rolled over into another day: the client asked for a date that does not
+    exist, and storing another one in its place would be silent (RFC 3501 section 9
+    date-time; SEARCH dates are refused alike).  Second 60, a leap second (RFC 5322 3.3), is
+    taken as second 59 of the same minute, as Dovecot does, so the day stays the one the
+    client named.  Dovecot accepts impossible dates and stores the current time instead.
+    """
     try:
         text = raw.decode("ascii").strip()
         date_part, time_part, zone = text.split()
@@ -76,8 +85,12 @@ def parse_date_time(raw: bytes) -> float:
         sign = 1 if zone[0] == "+" else -1 if zone[0] == "-" else None
         if sign is None or len(zone) != 5 or month not in _MONTHS:
             raise ValueError
+        datetime.date(int(year), _MONTHS[month], int(day))  # ValueError if impossible
+        if not (0 <= hh < 24 and 0 <= mm < 60 and 0 <= ss <= 60):
+            raise ValueError
         offset = sign * (int(zone[1:3]) * 3600 + int(zone[3:5]) * 60)
-        stamp = calendar.timegm((int(year), _MONTHS[month], int(day), hh, mm, ss, 0, 0, 0))
+        stamp = calendar.timegm((int(year), _MONTHS[month], int(day), hh, mm, min(ss, 59),
+                                 0, 0, 0))
         return float(stamp - offset)
     except (ValueError, IndexError, UnicodeDecodeError):
         raise Bad(f"Invalid date-time: {raw!r}") from None
