@@ -8,10 +8,12 @@ first byte is the row's state:
 * ``D`` + record: being expunged; invisible.
 * ``X``: the UID was abandoned by a writer that stalled or crashed; invisible forever.
 
-The record after the state byte is a version byte (1) and fixed-size little-endian fields
-(``_LAYOUT``).  It was JSON at first; every scan of a mailbox decodes one per message, and a
-profile of SEARCH over 30,000 messages spent half its time in ``json.loads``, so it became a
-struct (about 30 times faster to decode).  JSON records still decode.
+The record after the state byte is a version byte and fixed-size little-endian fields
+(``_LAYOUT``, version 2; version 1 lacks the save date).  It was JSON at first; every scan of a
+mailbox decodes one per message, and a profile of SEARCH over 30,000 messages spent half its
+time in ``json.loads``, so it became a struct (about 30 times faster to decode).  JSON and
+version-1 records still decode, with no save date (``save_date`` None: RFC 8514 section 3 lets
+SAVEDATE be NIL where the server does not know it).
 
 A row without ``m:s`` is still being written (or was left by a crash) and is invisible.
 ``f:v`` holds the flags: the 8-byte MODSEQ of their last change, then the flag names separated by
@@ -26,8 +28,10 @@ from dataclasses import dataclass, field
 
 COMMITTED, MOVING, DELETING, ABANDONED = b"C", b"M", b"D", b"X"
 VISIBLE_STATES = (COMMITTED, MOVING)
-_VERSION = b"\x01"
-_LAYOUT = struct.Struct("<16sqdqqqqq")  # content, size, date, modseq, uid, header, lines, chunk
+_VERSION_1 = b"\x01"
+_LAYOUT_1 = struct.Struct("<16sqdqqqqq")  # content, size, date, modseq, uid, header, lines, chunk
+_VERSION = b"\x02"
+_LAYOUT = struct.Struct("<16sqdqqqqqd")  # version 1's fields, then the save date
 
 
 @dataclass
@@ -42,17 +46,28 @@ class MessageRecord:
     header_size: int = 0
     lines: int = 0
     chunk_size: int = 0
+    save_date: float | None = None
+    """When the message was saved into its current mailbox (RFC 8514): set by APPEND,
+    delivery, import, COPY and MOVE; None for a row written before save dates were kept."""
 
     def encode(self, state: bytes = COMMITTED) -> bytes:
+        # A negative save date stands for "unknown" (no real save date is before 1970).
+        saved = -1.0 if self.save_date is None else float(self.save_date)
         return state + _VERSION + _LAYOUT.pack(
             self.content, self.size, float(self.internal_date), self.modseq, self.uid,
-            self.header_size, self.lines, self.chunk_size)
+            self.header_size, self.lines, self.chunk_size, saved)
 
     @classmethod
     def decode(cls, raw: bytes) -> MessageRecord:
-        if raw[1:2] == _VERSION:
-            content, size, date, modseq, uid, header_size, lines, chunk_size = \
+        version = raw[1:2]
+        if version == _VERSION:
+            content, size, date, modseq, uid, header_size, lines, chunk_size, saved = \
                 _LAYOUT.unpack_from(raw, 2)
+            return cls(uid, content, size, date, modseq, header_size, lines, chunk_size,
+                       None if saved < 0 else saved)
+        if version == _VERSION_1:
+            content, size, date, modseq, uid, header_size, lines, chunk_size = \
+                _LAYOUT_1.unpack_from(raw, 2)
             return cls(uid, content, size, date, modseq, header_size, lines, chunk_size)
         body = json.loads(raw[1:])  # the first, JSON, layout
         return cls(uid=body["uid"], content=bytes.fromhex(body["c"]), size=body["size"],
