@@ -34,7 +34,8 @@ from .backends.base import Backend, Mutation, decode_counter, encode_counter
 from .content import ContentStore
 from .errors import Conflict, TooLarge, Unpublished
 from .mailboxes import MODSEQ, VISIBLE, Mailbox, Mailboxes
-from .mime import StructureParser
+from .mime import StructureParser, parse_bytes
+from .preview import READ_LIMIT as PREVIEW_READ
 from .preview import decode_cell, encode_cell, make_preview
 from .records import (
     ABANDONED,
@@ -165,6 +166,14 @@ def _safe_preview(info: dict, read) -> str | None:
         return None
 
 
+def _safe_structure(head: bytes) -> dict | None:
+    """The body structure of a message's first octets (a preview needs no more)."""
+    try:
+        return parse_bytes(head).to_json().get("body")
+    except Exception:
+        return None
+
+
 def _range_reader(reader):
     """``read(start, end)`` over a seekable reader of a message's octets."""
     def read(start: int, end: int) -> bytes:
@@ -276,8 +285,13 @@ class Messages:
             return view.preview
         reader = self.open_body(view)
         try:
-            text = make_preview(view.body if view.body is not None else self._body(
-                mailbox_id, view.uid), _range_reader(reader))
+            body = view.body if view.body is not None else self._body(mailbox_id, view.uid)
+            if body is None:
+                # The row went (expunged since it was read) while its content stays readable
+                # for a while (docs/decisions/0011): the structure comes from the content.
+                head = reader.read(4 * PREVIEW_READ)
+                body = _safe_structure(head)
+            text = make_preview(body, _range_reader(reader))
         finally:
             reader.close()
         self.table.check_and_put(keys.message_key(mailbox_id, view.uid), STATE,

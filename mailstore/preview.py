@@ -87,8 +87,10 @@ def normalise(text: str) -> str:
 def _undo_transfer(data: bytes, encoding: str | None) -> bytes:
     name = (encoding or "").strip().lower()
     if name == "base64":
-        clean = _BASE64_JUNK.sub(b"", data)
-        clean = clean[:len(clean) - len(clean) % 4]  # a cut-off last group is dropped
+        clean = _BASE64_JUNK.sub(b"", data)  # padding too: it is put back below
+        rest = len(clean) % 4
+        # A last group cut off by READ_LIMIT (or missing its padding) decodes as far as it can.
+        clean = clean[:-1] if rest == 1 else clean + b"=" * ((4 - rest) % 4)
         try:
             return binascii.a2b_base64(clean)
         except binascii.Error:
