@@ -14,7 +14,9 @@ must agree between servers: each response, in order, without what may legitimate
 * ``UID n`` in FETCH responses to commands other than UID commands: we name the UID in every
   unsolicited FETCH, Dovecot only when asked (RFC 3501 7.4.2 allows either);
 * ``* OK [CLOSED]``, which Dovecot sends on SELECT with a mailbox already selected (RFC 7162
-  3.2.11) and we, not offering QRESYNC, do not.
+  3.2.11) and we, not offering QRESYNC, do not;
+* ``* OK [MAILBOXID (id)]`` and the MAILBOXID code of CREATE (RFC 8474 4.1): the id is the
+  server's choice, and Debian's Dovecot 2.3.19 has no OBJECTID.
 
 :func:`unannounced_keywords` checks RFC 3501 7.2.6 on a transcript: a FETCH may show only
 keywords an earlier untagged FLAGS of the same session listed.
@@ -143,8 +145,10 @@ def normalise_response(response: bytes, uid_command: bool) -> bytes | None:
     tagged = not line.startswith(b"* ")
     if tagged:
         line = b"T" + line[line.index(b" "):]
-    if re.match(rb"\* \d+ RECENT$", line) or line.startswith(b"* OK [CLOSED]"):
+    if re.match(rb"\* \d+ RECENT$", line) or line.startswith((b"* OK [CLOSED]",
+                                                             b"* OK [MAILBOXID ")):
         return None
+    line = re.sub(rb"^(\S+ OK) \[MAILBOXID \([A-Za-z0-9_-]+\)\]", rb"\1", line)
     m = re.match(rb"(\S+ (?:OK|NO|BAD|BYE|PREAUTH))( \[[^\]]*\])?", line)
     if m:
         line = m.group(1) + (m.group(2) or b"")
