@@ -7,7 +7,9 @@ normalised; docs/differential.md lists the deliberate differences and how to add
 
 What we advertise (imapserver/imap/session.py): IMAP4rev1 LITERAL+ SASL-IR ID ENABLE IDLE
 NAMESPACE UIDPLUS MOVE UNSELECT CHILDREN SPECIAL-USE LIST-EXTENDED LIST-STATUS MULTIAPPEND
-APPENDLIMIT; all of these Dovecot advertises too except APPENDLIMIT (not compared).
+APPENDLIMIT STATUS=SIZE OBJECTID SAVEDATE PREVIEW; all of these Dovecot advertises too except
+APPENDLIMIT (not compared) and OBJECTID (Dovecot 2.3.19 lacks it).  STATUS=SIZE, SAVEDATE and
+PREVIEW have their scripts in tests/test_differential_objectid.py.
 
 Scripts for the issue-11 defects being fixed on other branches are in
 tests/test_differential_issue11.py; here the ``recent`` known-defect mask keeps ``\\Recent``
