@@ -158,6 +158,12 @@ def test_mailboxid_on_create_select_status_and_across_rename(imap):
     for verb in (b"SELECT", b"EXAMINE"):
         lines = untagged(imap, b"%s %srenamed" % (verb, name))
         assert b"* OK [MAILBOXID (%s)] Ok\r\n" % foo in lines
+    # Section 4: a mailbox deleted and created again under its name is a new object.
+    imap.command(b"UNSELECT")
+    imap.command(b"DELETE %srenamed" % name)
+    _, tagged = imap.run(b"CREATE %srenamed" % name)
+    again = re.match(rb"t\d+ OK \[MAILBOXID \((" + OBJECTID + rb")\)\]", tagged).group(1)
+    assert again not in (foo, bar)
 
 
 def test_emailid_kept_by_copy_and_move_and_searchable(imap, box):
@@ -234,8 +240,11 @@ def test_preview_fetch_and_lazy(imap, box):
     assert items[2] == b'RFC822.SIZE %d PREVIEW "Yes, 3:30 it is."' % len(REPLY)
     assert fetch_items(imap, b"FETCH 2 (PREVIEW (LAZY))") == {2: b'PREVIEW "Yes, 3:30 it is."'}
     assert fetch_items(imap, b"FETCH 2 PREVIEW (LAZY)") == {2: b'PREVIEW "Yes, 3:30 it is."'}
+    assert fetch_items(imap, b"UID FETCH 2 PREVIEW (LAZY)") == {
+        2: b'UID 2 PREVIEW "Yes, 3:30 it is."'}
     for bad in (b"FETCH 1 (PREVIEW (FOO))", b"FETCH 1 (PREVIEW ())", b"FETCH 1 FLAGS (LAZY)",
-                b"FETCH 1 (FLAGS (LAZY))"):
+                b"FETCH 1 (FLAGS (LAZY))", b"FETCH 1 PREVIEW (LAZY) UID",
+                b"FETCH 1 (PREVIEW (LAZY) (LAZY))", b"FETCH 1 PREVIEW LAZY"):
         _, tagged = imap.run(bad)
         assert b" BAD " in tagged, bad
     [flags] = fetch_items(imap, b"FETCH 1 FLAGS").values()
