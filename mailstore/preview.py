@@ -4,13 +4,15 @@ RFC 8970 section 3 leaves the algorithm to the server: at most 256 characters of
 UTF-8, no line breaks, an empty string for a message with nothing to preview.  Ours follows
 Dovecot 2.3's ``message-snippet`` (the differential tests compare the two):
 
-* the first ``text/plain`` or ``text/html`` leaf part, depth first, that is not an attachment;
-  other messages (an image alone, say) have the empty preview;
+* the first ``text/plain`` or ``text/html`` leaf part, depth first (attachments included, as
+  Dovecot does; an attached ``message/rfc822`` is not looked into); other messages (an image
+  alone, say) have the empty preview;
 * its Content-Transfer-Encoding undone, its charset applied (a missing or unknown one reads as
   UTF-8, falling back to windows-1252 at the first octet that is not UTF-8);
 * plain text: lines that begin with ``>`` (quoted replies) are left out; HTML: ``<head>``,
   ``<style>`` and ``<script>`` contents and every tag are dropped, entities decoded;
-* each run of white space and control characters becomes one space, none at either end;
+* NUL octets are dropped; each run of white space and other control characters becomes one
+  space, none at either end;
 * at most :data:`MAX_CHARS` characters (Dovecot's 200, below RFC 8970's 256).
 
 Only the first :data:`READ_LIMIT` octets of the part are read, so a large message costs one
@@ -47,9 +49,6 @@ def preview_part(body: dict[str, Any] | None) -> dict[str, Any] | None:
         if children is not None:
             stack += reversed(children)
             continue
-        disposition = part.get("disposition")
-        if disposition and str(disposition[0]).lower() == "attachment":
-            continue
         if part.get("type", "").lower() == "text" and \
                 part.get("subtype", "").lower() in ("plain", "html"):
             return part
@@ -81,7 +80,7 @@ def make_preview(body: dict[str, Any] | None, read) -> str:
 
 def normalise(text: str) -> str:
     """White space collapsed, at most :data:`MAX_CHARS` characters, no space at the ends."""
-    return _SPACE.sub(" ", text).strip(" ")[:MAX_CHARS].rstrip(" ")
+    return _SPACE.sub(" ", text.replace("\x00", "")).strip(" ")[:MAX_CHARS].rstrip(" ")
 
 
 def _undo_transfer(data: bytes, encoding: str | None) -> bytes:

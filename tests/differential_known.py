@@ -460,6 +460,15 @@ def _preview_stored_at_append(ours: Event, dovecot: Event) -> bool:
     return changed
 
 
+answers("dovecot-digest-preview",
+        "PREVIEW of a multipart/digest whose first part has no Content-Type: that part is "
+        "message/rfc822 (RFC 2046 5.1.5), and we look into no attached message for a preview "
+        "(as Dovecot does for an explicit message/rfc822), so ours is the first text part "
+        "after it; Dovecot reads the part as text/plain, its header fields included.",
+        {"FETCH 1 PREVIEW": (['* 1 FETCH (PREVIEW "explicitly text")', "tag OK"],
+                             ['* 1 FETCH (PREVIEW "From: one@example.com Subject: first first '
+                              'body")', "tag OK"])})
+
 def _fetches(event: Event) -> list[Response]:
     """The ``* n FETCH (...)`` responses of ``event``."""
     return [r for r in event.responses if r.kind == "data" and len(r.data) == 3

@@ -8,13 +8,15 @@ tests/test_imap_objectid.py checks OBJECTID against the RFC's examples instead.
 
 Differences kept on purpose (tests/differential_known.py): ``preview-stored-at-append`` (our
 PREVIEW (LAZY) has the preview at once: it was computed when the message was stored; Dovecot
-computes it on the first PREVIEW without LAZY).  Ids and save dates are the servers' own
-(save dates within a day of the run compare equal, as INTERNALDATE does).
+computes it on the first PREVIEW without LAZY) and ``dovecot-digest-preview`` (a digest's
+untyped part is message/rfc822, which Dovecot's preview reads as text).  Ids and save dates
+are the servers' own (save dates within a day of the run compare equal, as INTERNALDATE does).
 """
 
 from __future__ import annotations
 
 import pytest
+from corpus import SAMPLES
 from differential import Script, append, date, servers
 
 SCRIPTS: list[Script] = []
@@ -104,6 +106,24 @@ script("preview-lazy-first", [
 ], deliberate=("preview-stored-at-append",),
     doc="RFC 8970 section 3.1: with LAZY a server may answer NIL while no preview is at hand; "
         "ours always is (computed when the message was stored).")
+
+
+script("preview-corpus", [
+    *[("A", append("INBOX", sample.raw, "", date(n))) for n, sample in enumerate(SAMPLES, 1)
+      # Bare LF is turned into CRLF by Dovecot (bare-lf-kept); the digest has its own script.
+      if b"\r\n" in sample.raw and sample.name != "digest"],
+    ("A", "EXAMINE INBOX"), ("A", "FETCH 1:* (PREVIEW RFC822.SIZE)"),
+    ("A", "STATUS INBOX (SIZE)"),
+], deliberate=("dovecot-qresync-codes",),
+    doc="RFC 8970 section 3 over the rendering corpus (tests/corpus.py): multipart, digest, "
+        "message/rfc822, odd encodings and charsets, 8-bit headers.")
+
+
+script("preview-digest", [
+    ("A", append("INBOX", next(s.raw for s in SAMPLES if s.name == "digest"), "", date(1))),
+    ("A", "EXAMINE INBOX"), ("A", "FETCH 1 PREVIEW"),
+], deliberate=("dovecot-digest-preview",),
+    doc="RFC 2046 5.1.5: a digest's parts are message/rfc822 by default.")
 
 
 @pytest.mark.parametrize("script", SCRIPTS, ids=lambda s: s.name)

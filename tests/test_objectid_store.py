@@ -237,10 +237,10 @@ def test_thread_id_follows_the_root_of_references():
           "Content-Transfer-Encoding: quoted-printable\n\nCaf=E9 au lait\n\n-- \nsig\n"),
      "Café au lait -- sig"),
     (crlf("Content-Transfer-Encoding: base64\n\nSGVsbG8gd29ybGQ=\n"), "Hello world"),
-    (crlf("Subject: x\n\n\t lead\t\ttab\n\n\nnext\x00para\n"), "lead tab next para"),
-    (crlf("Content-Type: multipart/mixed; boundary=z\n\n--z\nContent-Type: text/plain\n"
-          "Content-Disposition: attachment\n\nnot this\n--z\nContent-Type: text/plain\n\n"
-          "this one\n--z--\n"), "this one"),
+    (crlf("Subject: x\n\n\t lead\t\ttab\n\n\nnext\x00 para\x01x\n"), "lead tab next para x"),
+    (crlf("Content-Type: multipart/mixed; boundary=z\n\n--z\nContent-Type: image/gif\n\n"
+          "GIF89a\n--z\nContent-Type: message/rfc822\n\nSubject: inner\n\ninner text\n--z\n"
+          "Content-Type: text/plain\n\nthis one\n--z--\n"), "this one"),
 ])
 def test_preview_text(raw, expected):
     """RFC 8970 section 3: plain text, no line breaks, at most 256 characters (ours: 200, as
