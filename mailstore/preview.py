@@ -9,10 +9,11 @@ Dovecot 2.3's ``message-snippet`` (the differential tests compare the two):
   alone, say) have the empty preview;
 * its Content-Transfer-Encoding undone, its charset applied (a missing or unknown one reads as
   UTF-8, falling back to windows-1252 at the first octet that is not UTF-8);
-* plain text: lines that begin with ``>`` (quoted replies) are left out; HTML: ``<head>``,
-  ``<style>`` and ``<script>`` contents and every tag are dropped, entities decoded;
-* NUL octets are dropped; each run of white space and other control characters becomes one
-  space, none at either end;
+* plain text: lines that begin with ``>`` (quoted replies) are left out; HTML: comments,
+  ``<style>`` and ``<script>`` contents and every tag are dropped (a ``<title>``'s text stays),
+  entities decoded;
+* NUL octets are dropped; each run of ASCII spaces and control characters (line breaks and
+  tabs included) becomes one space, none at either end;
 * at most :data:`MAX_CHARS` characters (Dovecot's 200, below RFC 8970's 256).
 
 Only the first :data:`READ_LIMIT` octets of the part are read, so a large message costs one
@@ -34,8 +35,8 @@ READ_LIMIT = 32 * 1024
 """Octets of the chosen part read at most: 200 characters of text are always in there, and
 HTML with a long <head> rarely needs more."""
 
-_SPACE = re.compile(r"[\s\x00-\x1f\x7f]+")
-_HIDDEN = re.compile(r"<(head|style|script)\b.*?(</\1\s*>|\Z)", re.S | re.I)
+_SPACE = re.compile(r"[ \x00-\x1f\x7f]+")  # ASCII only: a no-break space stays, as in Dovecot
+_HIDDEN = re.compile(r"<!--.*?(-->|\Z)|<(style|script)\b.*?(</\2\s*>|\Z)", re.S | re.I)
 _TAG = re.compile(r"<[^>]*>?")
 _BASE64_JUNK = re.compile(rb"[^A-Za-z0-9+/]")
 
@@ -74,7 +75,7 @@ def make_preview(body: dict[str, Any] | None, read) -> str:
         text = html.unescape(_TAG.sub(" ", _HIDDEN.sub(" ", text)))
     else:
         text = "\n".join(line for line in text.splitlines()
-                         if not line.lstrip(" ").startswith(">"))
+                         if not line.startswith(">"))
     return normalise(text)
 
 

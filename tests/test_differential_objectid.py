@@ -47,6 +47,12 @@ MESSAGES = [
     crlf("Subject: tabs\n\n\t lead\t\ttab\n\n\nnext para é\n"),
     crlf("Subject: b64\nContent-Type: text/plain; charset=utf-8\n"
          "Content-Transfer-Encoding: base64\n\nSGVsbG8gd29ybGQsIGNhZsOpIQ==\n"),
+    crlf("Subject: html\nContent-Type: text/html; charset=utf-8\n\n<html><head><title>T</title>"
+         "<style>x {}</style></head><body><!-- a comment --><div>Line&nbsp;one<br>Line two "
+         "&lt;3 &eacute;&#233;</div><script>var x = 1;</script><p>end</p></body></html>\n"),
+    crlf("Subject: utf8 long\nContent-Type: text/plain; charset=utf-8\n\n" + "é" * 300 + "\n"),
+    crlf("Subject: reply\n\nOn Monday, someone wrote:\n> old text\n>> older\n  > indented\n"
+         "new text\n"),
 ]
 
 
