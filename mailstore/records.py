@@ -8,12 +8,15 @@ first byte is the row's state:
 * ``D`` + record: being expunged; invisible.
 * ``X``: the UID was abandoned by a writer that stalled or crashed; invisible forever.
 
-The record after the state byte is a version byte and fixed-size little-endian fields
-(``_LAYOUT``, version 2; version 1 lacks the save date).  It was JSON at first; every scan of a
-mailbox decodes one per message, and a profile of SEARCH over 30,000 messages spent half its
-time in ``json.loads``, so it became a struct (about 30 times faster to decode).  JSON and
-version-1 records still decode, with no save date (``save_date`` None: RFC 8514 section 3 lets
-SAVEDATE be NIL where the server does not know it).
+The record after the state byte is a version byte (1) and fixed-size little-endian fields
+(``_LAYOUT``), then, in records written since save dates are kept (RFC 8514), the save date
+(``_SAVED``).  It was JSON at first; every scan of a mailbox decodes one per message, and a
+profile of SEARCH over 30,000 messages spent half its time in ``json.loads``, so it became a
+struct (about 30 times faster to decode).  JSON records still decode.  The save date is a tail,
+not a new version, so that a server of the previous release sharing the store during a rolling
+upgrade still reads every record (``unpack_from`` ignores what follows its fields, and a state
+change keeps the bytes after the state byte); a record without it has ``save_date`` None
+(SAVEDATE NIL, as RFC 8514 section 3 allows where the server does not know it).
 
 A row without ``m:s`` is still being written (or was left by a crash) and is invisible.
 ``f:v`` holds the flags: the 8-byte MODSEQ of their last change, then the flag names separated by
@@ -28,10 +31,10 @@ from dataclasses import dataclass, field
 
 COMMITTED, MOVING, DELETING, ABANDONED = b"C", b"M", b"D", b"X"
 VISIBLE_STATES = (COMMITTED, MOVING)
-_VERSION_1 = b"\x01"
-_LAYOUT_1 = struct.Struct("<16sqdqqqqq")  # content, size, date, modseq, uid, header, lines, chunk
-_VERSION = b"\x02"
-_LAYOUT = struct.Struct("<16sqdqqqqqd")  # version 1's fields, then the save date
+_VERSION = b"\x01"
+_LAYOUT = struct.Struct("<16sqdqqqqq")  # content, size, date, modseq, uid, header, lines, chunk
+_SAVED = struct.Struct("<d")  # the save date, after _LAYOUT where known
+_SAVED_AT = 2 + _LAYOUT.size
 
 
 @dataclass
@@ -51,24 +54,20 @@ class MessageRecord:
     delivery, import, COPY and MOVE; None for a row written before save dates were kept."""
 
     def encode(self, state: bytes = COMMITTED) -> bytes:
-        # A negative save date stands for "unknown" (no real save date is before 1970).
-        saved = -1.0 if self.save_date is None else float(self.save_date)
-        return state + _VERSION + _LAYOUT.pack(
+        record = state + _VERSION + _LAYOUT.pack(
             self.content, self.size, float(self.internal_date), self.modseq, self.uid,
-            self.header_size, self.lines, self.chunk_size, saved)
+            self.header_size, self.lines, self.chunk_size)
+        if self.save_date is None:
+            return record
+        return record + _SAVED.pack(float(self.save_date))
 
     @classmethod
     def decode(cls, raw: bytes) -> MessageRecord:
-        version = raw[1:2]
-        if version == _VERSION:
-            content, size, date, modseq, uid, header_size, lines, chunk_size, saved = \
-                _LAYOUT.unpack_from(raw, 2)
-            return cls(uid, content, size, date, modseq, header_size, lines, chunk_size,
-                       None if saved < 0 else saved)
-        if version == _VERSION_1:
+        if raw[1:2] == _VERSION:
             content, size, date, modseq, uid, header_size, lines, chunk_size = \
-                _LAYOUT_1.unpack_from(raw, 2)
-            return cls(uid, content, size, date, modseq, header_size, lines, chunk_size)
+                _LAYOUT.unpack_from(raw, 2)
+            saved = _SAVED.unpack_from(raw, _SAVED_AT)[0] if len(raw) >= _SAVED_AT + 8 else None
+            return cls(uid, content, size, date, modseq, header_size, lines, chunk_size, saved)
         body = json.loads(raw[1:])  # the first, JSON, layout
         return cls(uid=body["uid"], content=bytes.fromhex(body["c"]), size=body["size"],
                    internal_date=body["date"], modseq=body["ms"], header_size=body.get("hs", 0),

@@ -261,8 +261,9 @@ def test_messages_stored_before_answer_nil_savedate_and_lazy_preview(imap, box, 
         mailbox = store.mailbox(USER, box)
         key = keys.message_key(mailbox.id, 1)
         raw = store.messages.table.row(key, [STATE])[STATE]
-        version_1 = raw[:1] + b"\x01" + MessageRecord.decode(raw).encode()[2:-8]
-        store.messages.table.put(key, {STATE: version_1})
+        record = MessageRecord.decode(raw)
+        record.save_date = None  # as the previous release wrote it
+        store.messages.table.put(key, {STATE: record.encode(raw[:1])})
         store.messages.table.delete(key, [PREVIEW])
     finally:
         store.close()

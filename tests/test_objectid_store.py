@@ -10,6 +10,7 @@ is stored, for older messages on first request).
 from __future__ import annotations
 
 import io
+import struct
 
 import pytest
 
@@ -116,17 +117,33 @@ def test_save_date_is_set_by_append_copy_move_delivery_and_import(store, alice, 
         clock.now
 
 
+def old_record(raw: bytes) -> bytes:
+    """``raw`` as the previous release wrote it: no save date."""
+    record = MessageRecord.decode(raw)
+    record.save_date = None
+    return record.encode(raw[:1])
+
+
 def test_a_record_written_before_save_dates_has_none(store, alice):
     """RFC 8514 section 3: a message whose save date is not known answers NIL: rows whose
-    commit record has the first (version 1) layout decode without one."""
+    commit record was written before save dates were kept decode without one."""
     store.append(alice, "INBOX", PLAIN)
     inbox = store.mailbox(alice, "INBOX")
     view = one(store, inbox, 1)
-    old = view.state_raw[:1] + b"\x01" + MessageRecord.decode(view.state_raw).encode()[2:-8]
-    store.messages.table.put(keys.message_key(inbox.id, 1), {STATE: old})
+    store.messages.table.put(keys.message_key(inbox.id, 1), {STATE: old_record(view.state_raw)})
     record = one(store, inbox, 1).record
     assert record.save_date is None
     assert (record.uid, record.size, record.content) == (1, len(PLAIN), view.record.content)
+
+
+def test_the_previous_release_still_reads_records_with_a_save_date(store, alice):
+    """Rolling upgrade: a server of the previous release sharing the store reads a record
+    with a save date as it read its own (version 1, its struct, trailing bytes ignored)."""
+    store.append(alice, "INBOX", PLAIN, internal_date=1_000_000_000.0)
+    raw = one(store, store.mailbox(alice, "INBOX"), 1).state_raw
+    assert raw[1:2] == b"\x01"
+    previous = struct.Struct("<16sqdqqqqq").unpack_from(raw, 2)
+    assert previous[1:3] == (len(PLAIN), 1_000_000_000.0) and previous[4] == 1
 
 
 def test_preview_is_stored_at_append_and_travels_with_copy_and_move(store, alice):
