@@ -250,13 +250,23 @@ class Messages:
             writer.abort()
             raise
         data = info.to_json()
-        reader = self.content.open(content_id, writer.size, writer.chunk_size)
-        try:
-            preview = _safe_preview(data, _range_reader(reader))
-        finally:
-            reader.close()
+        # Read back from the store: the streamed octets were not kept (one chunk read at most).
+        preview = self._stored_preview(content_id, writer.size, writer.chunk_size, data)
         return StoredContent(content_id, writer.size, writer.chunk_size, data,
                              bytes(head[:info.header_size]), preview)
+
+    def _stored_preview(self, content_id: bytes, size: int, chunk_size: int,
+                        info: dict) -> str | None:
+        """The preview of content just written, or None if that failed (the content is
+        committed and referenced: nothing here may raise and leak it)."""
+        try:
+            reader = self.content.open(content_id, size, chunk_size)
+            try:
+                return _safe_preview(info, _range_reader(reader))
+            finally:
+                reader.close()
+        except Exception:
+            return None
 
     def _ingest_whole(self, data: bytes, refs: int, max_size: int | None) -> StoredContent:
         """:meth:`ingest` of a message held whole that fits in one chunk (most mail): the

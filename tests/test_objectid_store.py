@@ -280,3 +280,20 @@ def test_status_size_is_the_sum_of_message_sizes(store, alice):
     store.expunge(inbox, [3])
     assert store.mailbox(alice, "INBOX").size == len(PLAIN)
     assert store.mailbox(alice, "Trash").size == len(REPLY)
+
+
+def test_a_failing_preview_never_fails_the_append(store, alice, monkeypatch):
+    """A preview is derived data: if making it fails, the message is stored all the same
+    (small and streamed alike) and gets its preview on its first request."""
+    import mailstore.messages
+
+    def broken(body, read):
+        raise RuntimeError("preview bug")
+    monkeypatch.setattr(mailstore.messages, "make_preview", broken)
+    big = crlf("Subject: big\n\nfirst words\n") + b"x" * (store.content.chunk_size + 10)
+    store.append(alice, "INBOX", PLAIN)
+    store.append(alice, "INBOX", io.BytesIO(big))
+    inbox = store.mailbox(alice, "INBOX")
+    assert [v.preview for v in store.fetch(inbox, [1, 2], None)] == [None, None]
+    monkeypatch.undo()
+    assert store.preview(inbox, one(store, inbox, 1)) == "Hello there, how are you?"
