@@ -155,6 +155,8 @@ def test_mailboxid_on_create_select_status_and_across_rename(imap):
         b"* STATUS %srenamed (MAILBOXID (%s))\r\n" % (name, foo)]
     assert untagged(imap, b"STATUS %sbar (MAILBOXID)" % name) == [
         b"* STATUS %sbar (MAILBOXID (%s))\r\n" % (name, bar)]
+    listing = untagged(imap, b'LIST "" %sbar RETURN (STATUS (MAILBOXID SIZE))' % name)
+    assert listing[-1] == b"* STATUS %sbar (MAILBOXID (%s) SIZE 0)\r\n" % (name, bar)
     for verb in (b"SELECT", b"EXAMINE"):
         lines = untagged(imap, b"%s %srenamed" % (verb, name))
         assert b"* OK [MAILBOXID (%s)] Ok\r\n" % foo in lines
