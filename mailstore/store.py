@@ -413,6 +413,12 @@ class MailStore:
     def open_message(self, view: MessageView) -> io.RawIOBase:
         return self.messages.open_body(view)
 
+    def preview(self, mailbox: Mailbox, view: MessageView) -> str:
+        """The RFC 8970 preview of a message of ``mailbox``: the one stored with it, or for a
+        message stored before previews were kept, computed from its content now (one read of
+        its first text part) and stored for next time (see :mod:`mailstore.preview`)."""
+        return self.messages.preview(mailbox.id, view)
+
     def read_message(self, view: MessageView) -> bytes:
         return self.messages.open_body(view).read()
 

@@ -521,12 +521,20 @@ def _uidvalidity(value, seen: dict) -> bytes:
     return seen[value]
 
 
+def _server_chosen(r: Response) -> bool:
+    """An untagged ``OK [MAILBOXID (id)]`` (RFC 8474 4.1, on SELECT/EXAMINE): nothing in it
+    to compare, the id being the server's choice, and Dovecot 2.3.19 sends none."""
+    return r.kind == "status" and bool(r.code) and word(r.code[0]) == b"MAILBOXID"
+
+
 def normalise(r: Response, uidvalidities: dict) -> Response:
     """A copy of ``r`` without what the servers may legitimately choose differently."""
     code = r.code
     if code:
         name = word(code[0])
-        if name == b"CAPABILITY":
+        if name in (b"CAPABILITY", b"MAILBOXID"):
+            # MAILBOXID (RFC 8474 4.1): the id is the server's choice, and Debian's Dovecot
+            # (2.3.19) has no OBJECTID to send one; see _server_chosen.
             code = None
         elif name == b"PERMANENTFLAGS" and len(code) == 2 and isinstance(code[1], list):
             code = [code[0], sorted(code[1], key=word)]
@@ -556,7 +564,9 @@ def normalise(r: Response, uidvalidities: dict) -> Response:
             pairs = [[items[k], items[k + 1] if k + 1 < len(items) else b"<missing>"]
                      for k in range(0, len(items), 2)]
             for pair in pairs:
-                if word(pair[0]) == b"INTERNALDATE" and isinstance(pair[1], bytes) \
+                # SAVEDATE (RFC 8514) is the server's clock when it saved the message.
+                if word(pair[0]) in (b"INTERNALDATE", b"SAVEDATE") \
+                        and isinstance(pair[1], bytes) \
                         and _INTERNALDATE.fullmatch(pair[1]) and _near_now(pair[1]):
                     pair[1] = b"<now>"
             for pair in pairs:
@@ -762,7 +772,8 @@ class Differential:
             out = []
             for e in events:
                 responses = [normalise(r, seen)
-                             for r in expunges_first(sort_listings(e.responses))]
+                             for r in expunges_first(sort_listings(e.responses))
+                             if not _server_chosen(r)]
                 out.append(Event(e.client, e.sent, responses))
             return out
         a, b = norm(ours), norm(dovecot)

@@ -434,3 +434,41 @@ answers("auth-mechanism-code",
         "AUTHENTICATE with a mechanism we do not offer: NO [CANNOT] (RFC 5530: can never "
         "succeed); Dovecot uses [ALERT].",
         {"AUTHENTICATE UNKNOWN-MECH": (["tag NO [CANNOT]"], ["tag NO [ALERT]"])})
+
+
+
+@deliberate("preview-stored-at-append",
+            "PREVIEW (LAZY) of a message whose preview was never asked for: we answer the "
+            "preview, computed when the message was stored (RFC 8970 section 3: 'at append'); "
+            "Dovecot computes previews on the first PREVIEW without LAZY and answers NIL until "
+            "then (section 3.1 allows NIL while no preview is at hand). Where Dovecot's PREVIEW "
+            "is NIL in the answer to a LAZY fetch and ours a string, ours is taken.")
+def _preview_stored_at_append(ours: Event, dovecot: Event) -> bool:
+    if "LAZY" not in command_text(ours).upper():
+        return False
+    changed = False
+    for a, b in zip(_fetches(ours), _fetches(dovecot), strict=False):
+        items_a, items_b = a.data[2], b.data[2]
+        for k in range(0, len(items_b) - 1, 2):
+            if word(items_b[k]) != b"PREVIEW" or items_b[k + 1] is not None:
+                continue
+            for j in range(0, len(items_a) - 1, 2):
+                if word(items_a[j]) == b"PREVIEW" and isinstance(items_a[j + 1], bytes):
+                    items_b[k + 1] = items_a[j + 1]
+                    changed = True
+    return changed
+
+
+answers("dovecot-digest-preview",
+        "PREVIEW of a multipart/digest whose first part has no Content-Type: that part is "
+        "message/rfc822 (RFC 2046 5.1.5), and we look into no attached message for a preview "
+        "(as Dovecot does for an explicit message/rfc822), so ours is the first text part "
+        "after it; Dovecot reads the part as text/plain, its header fields included.",
+        {"FETCH 1 PREVIEW": (['* 1 FETCH (PREVIEW "explicitly text")', "tag OK"],
+                             ['* 1 FETCH (PREVIEW "From: one@example.com Subject: first first '
+                              'body")', "tag OK"])})
+
+def _fetches(event: Event) -> list[Response]:
+    """The ``* n FETCH (...)`` responses of ``event``."""
+    return [r for r in event.responses if r.kind == "data" and len(r.data) == 3
+            and word(r.data[1]) == b"FETCH" and isinstance(r.data[2], list)]

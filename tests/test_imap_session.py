@@ -124,7 +124,9 @@ def test_select_reports_what_rfc3501_requires(client):
 def test_create_delete_rename_list_and_special_use(client):
     """6.3.3-6.3.5, 6.3.8; RFC 6154 special-use attributes, RFC 5258 LIST-EXTENDED."""
     login(client)
-    assert client.cmd("c1", "CREATE Projects/2026/Q4")[-1] == b"c1 OK CREATE completed"
+    # RFC 8474 4.1: CREATE names the new mailbox's MAILBOXID.
+    assert re.fullmatch(rb"c1 OK \[MAILBOXID \(F[0-9a-f]{32}\)\] CREATE completed",
+                        client.cmd("c1", "CREATE Projects/2026/Q4")[-1])
     assert client.cmd("c2", "CREATE Projects")[-1].startswith(b"c2 NO [ALREADYEXISTS]")
     lines = client.cmd("l1", 'LIST "" "Projects/%"')
     assert lines[:-1] == [b'* LIST (\\HasChildren) "/" Projects/2026']

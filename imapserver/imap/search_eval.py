@@ -44,6 +44,7 @@ from collections.abc import Callable
 
 from mailstore.messages import BODY, FLAGS, HEADER
 from mailstore.mime import header_fields
+from mailstore.objectids import email_id, thread_id
 
 from .search_parse import (
     MONTHS,
@@ -55,8 +56,10 @@ from .search_parse import (
     HeaderKey,
     Key,
     NotKey,
+    ObjectIdKey,
     OrKey,
     RecentKey,
+    SaveDateKey,
     SearchProgram,
     SequenceKey,
     SizeKey,
@@ -381,6 +384,14 @@ def _compile(key: Key, uids: list[int], recent: set[int]) -> Test:
         return lambda m: None if m.view is None else m.view.record.size < octets
     if isinstance(key, DateKey):
         return _compile_date(key)
+    if isinstance(key, SaveDateKey):
+        return _compile_save_date(key)
+    if isinstance(key, ObjectIdKey):
+        wanted = key.objectid
+        if key.thread:
+            return lambda m: (None if m.header is None
+                              else thread_id(m.header, m.view.record.content) == wanted)
+        return lambda m: None if m.view is None else email_id(m.view.record.content) == wanted
     if isinstance(key, HeaderKey):
         field, needle = key.field, key.needle
         if not needle:
@@ -423,17 +434,28 @@ def _compile_junction(key: OrKey | AndKey, uids: list[int], recent: set[int]) ->
     return junction
 
 
+def _day_test(relation: str, day: int) -> Callable[[int], bool]:
+    if relation == "before":
+        return lambda d: d < day
+    if relation == "on":
+        return lambda d: d == day
+    return lambda d: d >= day
+
+
+def _compile_save_date(key: SaveDateKey) -> Test:
+    """RFC 8514 4.3: the save date's UTC day, as BEFORE/ON/SINCE use the internal date's."""
+    holds = _day_test(key.relation, key.day.toordinal())
+
+    def saved(m):
+        if m.view is None:
+            return None
+        when = m.view.record.save_date
+        return when is not None and holds(_EPOCH_DAY + int(when // 86400))
+    return saved
+
+
 def _compile_date(key: DateKey) -> Test:
-    day = key.day.toordinal()
-    if key.relation == "before":
-        def holds(d):
-            return d < day
-    elif key.relation == "on":
-        def holds(d):
-            return d == day
-    else:
-        def holds(d):
-            return d >= day
+    holds = _day_test(key.relation, key.day.toordinal())
     if not key.sent:
         return lambda m: (None if m.view is None
                           else holds(_EPOCH_DAY + int(m.view.record.internal_date // 86400)))

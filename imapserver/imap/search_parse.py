@@ -25,6 +25,10 @@ Grammar (RFC 3501 sections 6.4.4 and 9)::
     header-fld-name = astring
     number          = 1*DIGIT
 
+    search-key      =/ "EMAILID" SP objectid / "THREADID" SP objectid     ; RFC 8474 section 7
+    search-key      =/ "SAVEDBEFORE" SP date / "SAVEDON" SP date /
+                       "SAVEDSINCE" SP date / "SAVEDATESUPPORTED"         ; RFC 8514 section 5
+
 :func:`parse_search` takes the tokens of :func:`imapserver.imap.wire.tokenize` that follow
 ``SEARCH`` (or ``UID SEARCH``): atoms (``str``, any case), strings (``bytes``: quoted strings
 and literals alike, so a literal may stand wherever an astring or a date may) and parenthesised
@@ -163,6 +167,30 @@ class ContentKey:
 
 
 @dataclass(frozen=True, slots=True)
+class SaveDateKey:
+    """SAVEDBEFORE/SAVEDON/SAVEDSINCE (RFC 8514 section 4.3): the save date as a UTC date,
+    ``relation`` as in :class:`DateKey`.  A message without a save date (stored before they
+    were kept, FETCH SAVEDATE NIL) matches none of the three."""
+
+    relation: str
+    day: datetime.date
+    tier = 1
+
+
+@dataclass(frozen=True, slots=True)
+class ObjectIdKey:
+    """EMAILID (``thread=False``) or THREADID (RFC 8474 section 6): the id equals
+    ``objectid`` exactly (ids are case-sensitive)."""
+
+    objectid: str
+    thread: bool
+
+    @property
+    def tier(self) -> int:
+        return 2 if self.thread else 1
+
+
+@dataclass(frozen=True, slots=True)
 class NotKey:
     key: Key
     tier = 0
@@ -184,7 +212,7 @@ class AndKey:
 
 
 Key = (AllKey | SequenceKey | RecentKey | FlagKey | SizeKey | DateKey | HeaderKey | ContentKey
-       | NotKey | OrKey | AndKey)
+       | SaveDateKey | ObjectIdKey | NotKey | OrKey | AndKey)
 
 
 def walk(key: Key):
@@ -243,6 +271,8 @@ _DATE_KEYS = {"BEFORE": (False, "before"), "ON": (False, "on"), "SINCE": (False,
               "SENTBEFORE": (True, "before"), "SENTON": (True, "on"),
               "SENTSINCE": (True, "since")}
 _ATOM_TEXT = re.compile(r"[^\x00-\x20\x7f(){%*\"\\\]]+\Z")
+_SAVED_KEYS = {"SAVEDBEFORE": "before", "SAVEDON": "on", "SAVEDSINCE": "since"}
+_OBJECTID = re.compile(r"[A-Za-z0-9_-]{1,255}\Z")
 
 
 def parse_search(tokens: list, *, uid_mode: bool) -> SearchProgram:
@@ -309,6 +339,16 @@ class _Parser:
             return DateKey(sent, relation, self.date(name))
         if name == "ALL":
             return AllKey()
+        if name in _SAVED_KEYS:
+            return SaveDateKey(_SAVED_KEYS[name], self.date(name))
+        if name == "SAVEDATESUPPORTED":
+            # RFC 8514 4.3: every message if the mailbox keeps save dates, and ours all do.
+            return AllKey()
+        if name in ("EMAILID", "THREADID"):
+            objectid = _text(self.next(f"object id after {name}"), f"{name} object id")
+            if not _OBJECTID.match(objectid):
+                raise ValueError(f"invalid object id {objectid!r} after {name}")
+            return ObjectIdKey(objectid, name == "THREADID")
         if name == "RECENT":
             return RecentKey()
         if name == "NEW":
@@ -404,8 +444,10 @@ __all__ = [
     "HeaderKey",
     "Key",
     "NotKey",
+    "ObjectIdKey",
     "OrKey",
     "RecentKey",
+    "SaveDateKey",
     "SearchProgram",
     "SequenceKey",
     "SizeKey",

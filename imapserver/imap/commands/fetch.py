@@ -25,14 +25,17 @@ import itertools
 from twisted.internet import defer
 
 from mailstore.errors import Expunged
-from mailstore.messages import BODY, ENVELOPE, HEADER, SUMMARY
+from mailstore.messages import BODY, ENVELOPE, HEADER, PREVIEW, SUMMARY
 
 from ..context import SELECTED, Bad, No, command
+from ..object_items import OBJECT_KINDS, object_item
 from ..render import BODY as NEED_BODY
 from ..render import CONTENT, bodystructure, envelope, internaldate, parse_fetch_items
 from ..render import ENVELOPE as NEED_ENVELOPE
 from ..render import HEADER as NEED_HEADER
+from ..render import PREVIEW as NEED_PREVIEW
 from ..sections import iter_section, resolve
+from ..wire import Atom
 from .common import announce_keywords, flags_list
 from .message_cmds import resolve as resolve_set
 
@@ -66,6 +69,8 @@ def _columns(needs: set[str]) -> list[bytes]:
         columns.append(BODY)
     if NEED_HEADER in needs or CONTENT in needs:
         columns.append(HEADER)
+    if NEED_PREVIEW in needs:
+        columns.append(PREVIEW)
     return columns
 
 
@@ -119,6 +124,12 @@ def _render_batch(store, mailbox, batch, columns, items, set_seen, seq_of, own,
             elif kind in ("BODY", "BODYSTRUCTURE"):
                 parts.append(kind.encode() + b" " +
                              bodystructure(view.body, extended=kind == "BODYSTRUCTURE"))
+            elif kind in OBJECT_KINDS:
+                try:
+                    parts.append(object_item(store, mailbox, view, item))
+                except Expunged:
+                    lost = True
+                    break
             else:
                 plan = resolve(item.section, view.body, view.header, view.record.size,
                                view.record.header_size)
@@ -158,11 +169,18 @@ def _next_chunk(chunks):
 
 @defer.inlineCallbacks
 def fetch_command(ctx, uid_mode: bool):
-    ctx.expect_args(2)
+    ctx.expect_args(2, 3)
     selected = ctx.session.selected
     uids = resolve_set(ctx, ctx.args[0], uid_mode)
+    spec = ctx.args[1]
+    if len(ctx.args) == 3:
+        # RFC 8970 section 6: a lone fetch-att may be PREVIEW with its modifiers.
+        if not (isinstance(spec, Atom) and spec.upper() == "PREVIEW"
+                and isinstance(ctx.args[2], list)):
+            raise Bad(f"{ctx.name} takes 2 argument(s)")
+        spec = [spec, ctx.args[2]]
     try:
-        items = parse_fetch_items(ctx.args[1])
+        items = parse_fetch_items(spec)
     except ValueError as exc:
         raise Bad(str(exc)) from None
     if uid_mode and not any(i.kind == "UID" for i in items):

@@ -10,6 +10,9 @@
                   [SP list-return-opts]                     ; 6.3.8, RFC 5258, 6154, 5819
     lsub        = "LSUB" SP mailbox SP list-mailbox         ; 6.3.9
     status      = "STATUS" SP mailbox SP "(" status-att *(SP status-att) ")"   ; 6.3.10
+    status-att  =/ "SIZE"                      ; RFC 8438: sum of RFC822.SIZE, number64
+    status-att  =/ "MAILBOXID"                 ; RFC 8474 4.3: "MAILBOXID" SP "(" objectid ")"
+    resp-text-code =/ "MAILBOXID" SP "(" objectid ")"   ; RFC 8474 4.1: CREATE, SELECT, EXAMINE
     namespace   = "NAMESPACE"                  ; RFC 2342
     unselect    = "UNSELECT"                   ; RFC 3691
     close       = "CLOSE"                      ; 6.4.2
@@ -20,6 +23,7 @@ from __future__ import annotations
 from twisted.internet import defer
 
 from mailstore.errors import NotFound
+from mailstore.objectids import mailbox_id
 
 from ..context import AUTH, SELECTED, Bad, No, command
 from ..names import (
@@ -35,7 +39,7 @@ from ..selected import SelectedMailbox
 from ..wire import Atom
 from .common import flags_lines
 
-STATUS_ITEMS = ("MESSAGES", "RECENT", "UIDNEXT", "UIDVALIDITY", "UNSEEN")
+STATUS_ITEMS = ("MESSAGES", "RECENT", "UIDNEXT", "UIDVALIDITY", "UNSEEN", "SIZE", "MAILBOXID")
 
 
 def _open(store, user: str, name: str, readonly: bool) -> SelectedMailbox:
@@ -64,6 +68,7 @@ def _select(ctx, readonly: bool):
     # The mailbox row was read before the index: a message may have arrived in between.
     uidnext = max(selected.mailbox.uidnext, selected.index.marks.visible + 1)
     ctx.untagged(b"OK [UIDNEXT %d] Predicted next UID" % uidnext)
+    ctx.untagged(b"OK [MAILBOXID (%s)] Ok" % mailbox_id(selected.mailbox.id).encode())
     ctx.finish(b"OK", f"{ctx.name} completed", "READ-ONLY" if readonly else "READ-WRITE")
 
 
@@ -84,7 +89,8 @@ def create(ctx):
     name = decode_name(ctx.args[0]).rstrip(DELIMITER)  # RFC 3501: a trailing delimiter is ok
     if name.upper() == "INBOX":
         raise No("INBOX always exists", "ALREADYEXISTS")
-    yield ctx.call(ctx.store.create_mailbox, ctx.session.user, name)
+    mailbox = yield ctx.call(ctx.store.create_mailbox, ctx.session.user, name)
+    ctx.finish(b"OK", "CREATE completed", f"MAILBOXID ({mailbox_id(mailbox.id)})")
 
 
 @command("DELETE", AUTH, SELECTED)
@@ -253,8 +259,11 @@ def _recent_counts(store, mailboxes, selected) -> dict[bytes, int]:
 
 
 def _status_line(mailbox, items: list[str], recent: int = 0) -> bytes:
+    # SIZE is the mailbox's size counter, which every append, copy, move and expunge keeps
+    # (docs/decisions/0004; fsck repairs it): RFC 8438 asks for the sum of RFC822.SIZE.
     values = {"MESSAGES": mailbox.messages, "RECENT": recent, "UIDNEXT": mailbox.uidnext,
-              "UIDVALIDITY": mailbox.uidvalidity, "UNSEEN": mailbox.unseen}
+              "UIDVALIDITY": mailbox.uidvalidity, "UNSEEN": mailbox.unseen,
+              "SIZE": mailbox.size, "MAILBOXID": f"({mailbox_id(mailbox.id)})"}
     body = " ".join(f"{item} {values[item]}" for item in items)
     return b"STATUS " + encode_name(mailbox.name) + b" (" + body.encode() + b")"
 
