@@ -37,7 +37,9 @@ def search_command(ctx, uid_mode: bool):
     if options is not None and options.update and ctx.tag in selected.contexts.by_tag:
         raise Bad("Tag reuse")  # RFC 5267 4.3: the tag names a context still updating
     try:
-        program = parse_search(rest, uid_mode=uid_mode, saved=selected.saved_uids())
+        # The saved result is looked up only when "$" is used: it may be long.
+        saved = selected.saved_uids() if _mentions_saved(rest) else []
+        program = parse_search(rest, uid_mode=uid_mode, saved=saved)
     except BadCharset:
         if options is not None and options.save:
             selected.saved = []
@@ -77,6 +79,11 @@ def search_command(ctx, uid_mode: bool):
             ctx.untagged(esearch_refusal(ctx.tag))
         else:
             selected.contexts.add(ctx.tag, program, uids, matched)
+
+
+def _mentions_saved(tokens: list) -> bool:
+    """Whether ``$`` (RFC 5182) is among the search keys, at any depth."""
+    return any(_mentions_saved(t) if isinstance(t, list) else t in ("$", b"$") for t in tokens)
 
 
 def esearch_refusal(tag: str) -> bytes:
