@@ -41,8 +41,20 @@ def server(data_dir):
 _names = iter(range(1_000_000))
 
 
+_open: list[Client] = []
+
+
+@pytest.fixture(autouse=True)
+def _close_clients():
+    """Every connection a test opened is closed, passed or failed."""
+    yield
+    while _open:
+        _open.pop().close()
+
+
 def login(port: int) -> Client:
     client = Client(port)
+    _open.append(client)
     assert client.cmd("L", f"LOGIN {USER} {PASSWORD}")[-1].startswith(b"L OK")
     return client
 
@@ -134,7 +146,6 @@ def test_rfc4731_examples(server):
     assert ok(c, "P", "SEARCH 1:3") == [b"* SEARCH 1 2 3"]
     assert status(c, "B1", "SEARCH RETURN (FOO) ALL") == b"BAD"
     assert status(c, "B2", "SEARCH RETURN ALL") == b"BAD"
-    c.close()
 
 
 # -- RFC 5182 ------------------------------------------------------------------------------------
@@ -170,7 +181,6 @@ def test_rfc5182_save_and_dollar(server):
     # "$" alone only: the grammar has no "$" inside a sequence-set.
     assert status(c, "B1", "FETCH $,1 FLAGS") == b"BAD"
     assert status(c, "B2", "SEARCH $:3") == b"BAD"
-    c.close()
 
 
 def test_rfc5182_lifetime(server):
@@ -209,8 +219,6 @@ def test_rfc5182_lifetime(server):
     ok(c, "W4", "SEARCH RETURN (SAVE) 1")
     ok(c, "W5", f"CREATE {box}x")
     assert b"* 1 EXPUNGE" in ok(c, "W6", f"MOVE $ {box}x")
-    c.close()
-    other.close()
 
 
 # -- RFC 5032 ------------------------------------------------------------------------------------
@@ -231,7 +239,6 @@ def test_rfc5032_older_younger(server):
         == [b'* ESEARCH (TAG "a4") UID COUNT 4']
     for bad in ("OLDER 0", "YOUNGER -1", "YOUNGER", "OLDER x", "OLDER 4294967296"):
         assert status(c, "b", f"SEARCH {bad}") == b"BAD", bad
-    c.close()
 
 
 # -- RFC 5267 ------------------------------------------------------------------------------------
@@ -288,8 +295,6 @@ def test_rfc5267_contexts(server):
     ok(c, "S2", f"SELECT {box}")
     ok(other, "O5", "STORE 1:* -FLAGS.SILENT (\\Seen)")
     assert not any(b"ESEARCH" in line for line in ok(c, "N6", "NOOP"))
-    c.close()
-    other.close()
 
 
 def test_rfc5267_sequence_numbers_are_evaluated_once(server):
@@ -309,8 +314,6 @@ def test_rfc5267_sequence_numbers_are_evaluated_once(server):
     lines = ok(c, "N", "NOOP")
     assert [x for x in lines if b"ESEARCH" in x] == [b'* ESEARCH (TAG "T1") UID REMOVEFROM '
                                                       b"(0 4:5)"], lines
-    c.close()
-    other.close()
 
 
 def test_rfc5267_partial(server):
@@ -339,7 +342,6 @@ def test_rfc5267_partial(server):
     for bad in ("PARTIAL 1:-3", "PARTIAL 0:5", "PARTIAL 1:*", "PARTIAL 1:2 ALL", "PARTIAL",
                 "PARTIAL 1:2 PARTIAL 3:4", "PARTIAL -0:-1"):
         assert status(c, "B", f"SEARCH RETURN ({bad}) ALL") == b"BAD", bad
-    c.close()
 
 
 def test_update_contexts_across_two_processes(tmp_path):
@@ -374,8 +376,6 @@ def test_update_contexts_across_two_processes(tmp_path):
         a.send(b"DONE\r\n")
         assert a.until_tagged("I")[-1].startswith(b"I OK")
         assert ok(a, "U2", "UID SEARCH RETURN (ALL) UNSEEN") == [b'* ESEARCH (TAG "U2") UID ALL 4']
-        a.close()
-        b.close()
 
 
 def test_capabilities_advertised(server):
@@ -384,7 +384,6 @@ def test_capabilities_advertised(server):
     caps = ok(c, "C", "CAPABILITY")[0].split()
     for name in (b"ESEARCH", b"SEARCHRES", b"WITHIN", b"CONTEXT=SEARCH"):
         assert name in caps
-    c.close()
 
 
 # -- the pieces ------------------------------------------------------------------------------------
