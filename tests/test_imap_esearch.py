@@ -13,11 +13,13 @@ import time
 
 import pytest
 
-from imapserver.imap.contexts import MAX_CONTEXTS, freeze
+from imapserver.imap.contexts import MAX_CONTEXTS, SearchContexts, freeze
 from imapserver.imap.esearch import esearch_line, result_items, sequence_set
+from imapserver.imap.search import evaluate, parse_search
 from imapserver.imap.search_parse import SequenceKey
 from imapserver.imap.search_return import ReturnOptions, split_return
 from imapserver.imap.seqset import parse_seqset
+from mailstore.store import MailStore
 from tests.imapproc import Client, ServerProcess, make_users
 from tests.mailgen import message
 
@@ -439,3 +441,65 @@ def test_freeze_turns_sequence_numbers_into_uids():
     assert frozen == SequenceKey(parse_seqset("5:9"), True)
     assert freeze(SequenceKey(parse_seqset("7"), False), uids).seqset.ranges == ()
 
+
+
+# -- over every backend ----------------------------------------------------------------------------
+
+@pytest.fixture
+def inbox(backend):
+    """Three messages with internal dates 1000, 2000 and 3000 (seconds), the second \\Seen."""
+    store = MailStore(backend)
+    user = store.create_user("alice", "pw")
+    for n, stamp in enumerate((1000.0, 2000.0, 3000.0), 1):
+        store.append(user, "INBOX", message(n), flags=["\\Seen"] if n == 2 else [],
+                     internal_date=stamp)
+    return store, store.mailbox(user, "INBOX")
+
+
+def test_within_counts_back_from_now(inbox):
+    """RFC 5032 3: OLDER n -- internal date more than n seconds before now; YOUNGER n -- the
+    rest (Dovecot's reading: ``date < now - n`` and ``date >= now - n``), at the boundary too."""
+    store, box = inbox
+    uids = store.uids(box)
+
+    def run(text: str) -> list[int]:
+        return evaluate(parse_search(text.split(), uid_mode=True), store, box, uids, now=3500.0)
+    assert run("YOUNGER 500") == [3]
+    assert run("OLDER 500") == [1, 2]
+    assert run("OLDER 1500") == [1]
+    assert run("YOUNGER 1500") == [2, 3]
+    assert run("UNSEEN YOUNGER 2500") == [1, 3]
+
+
+class _Reads:
+    """The store, recording the UIDs each fetch reads."""
+
+    def __init__(self, store):
+        self.store = store
+        self.read: list[int] = []
+
+    def fetch(self, mailbox, uids, columns=None):
+        self.read += list(uids)
+        return self.store.fetch(mailbox, uids, columns)
+
+    def __getattr__(self, name):
+        return getattr(self.store, name)
+
+
+def test_context_retests_only_what_changed(inbox):
+    """RFC 5267 appendix B: on a change, test the changed messages against the context's
+    program, not the mailbox; REMOVEFROM for a match expunged, numbered as the client knew
+    it."""
+    store, box = inbox
+    uids = store.uids(box)
+    program = parse_search(["UNSEEN"], uid_mode=False)
+    contexts = SearchContexts()
+    contexts.add("T", program, uids, evaluate(program, store, box, uids))
+    store.store_flags(box, [1], ["\\Seen"], "add")
+    store.store_flags(box, [2], ["\\Seen"], "remove")
+    reads = _Reads(store)
+    assert contexts.retest(reads, box, uids, set(), {1, 2}) \
+        == [b'ESEARCH (TAG "T") REMOVEFROM (0 1) ADDTO (0 2)']
+    assert sorted(reads.read) == [1, 2]
+    assert contexts.expunged({3}, {1: 1, 2: 2, 3: 3}.get) == [b'ESEARCH (TAG "T") REMOVEFROM (0 3)']
+    assert contexts.retest(reads, box, uids, set(), {1}) == []  # nothing new to say
