@@ -14,7 +14,7 @@ tests/test_imap_esearch.py.
 from __future__ import annotations
 
 import pytest
-from differential import Done, Idle, Script, WaitFor, append, date, servers
+from differential import Done, Idle, Pipelined, Script, WaitFor, append, date, servers
 from mailgen import message
 
 
@@ -179,6 +179,33 @@ SCRIPTS = [
         doc="RFC 5267 4.3: ADDTO/REMOVEFROM as other sessions' and our own changes arrive, "
            "REMOVEFROM before the EXPUNGE, ADDTO after EXISTS; CANCELUPDATE; contexts end "
            "with the selection."),
+
+    Script("searchres-pipelined", [
+        *seed(),
+        ("A", "SELECT INBOX"),
+        ("A", Pipelined("SEARCH RETURN (SAVE) UNSEEN", "FETCH $ (FLAGS)",
+                        "STORE $ +FLAGS (\\Flagged)", "UID SEARCH RETURN (COUNT) UID $",
+                        "SEARCH FLAGGED")),
+    ], doc="RFC 5182 2.1: a command using $ pipelined after SEARCH RETURN (SAVE) sees the "
+           "result that SEARCH saved."),
+
+    Script("context-update-own-changes", [
+        *seed(),
+        ("A", "SELECT INBOX"),
+        ("A", "CREATE Other"),
+        ("A", "SEARCH RETURN (UPDATE) UNSEEN"),
+        ("A", "UID SEARCH RETURN (UPDATE COUNT) UNSEEN"),
+        ("A", "MOVE 2 Other"),
+        ("A", "COPY 3 INBOX"),
+        ("A", "STORE 3 -FLAGS.SILENT (\\Seen)"),
+        ("A", append("INBOX", message(7), "", date(7))),
+        ("A", "UID STORE 6 +FLAGS.SILENT (\\Deleted)"),
+        ("A", "UID EXPUNGE 6"),
+        ("A", "SEARCH RETURN (SAVE) UNSEEN"),
+        ("A", "UID MOVE $ Other"),
+        ("A", "NOOP"),
+    ], doc="RFC 5267 4.3: our own MOVE, COPY, STORE, APPEND and UID EXPUNGE update the "
+            "contexts too, REMOVEFROM before the EXPUNGE, ADDTO after the EXISTS."),
 
     Script("context-update-idle", [
         *seed(3),

@@ -13,11 +13,11 @@ import time
 
 import pytest
 
-from imapserver.imap.contexts import MAX_CONTEXTS, SearchContexts, freeze
 from imapserver.imap.esearch import esearch_line, result_items, sequence_set
 from imapserver.imap.search import evaluate, parse_search
 from imapserver.imap.search_parse import SequenceKey
 from imapserver.imap.search_return import ReturnOptions, split_return
+from imapserver.imap.search_updates import MAX_CONTEXTS, SearchContexts, freeze
 from imapserver.imap.seqset import parse_seqset
 from mailstore.store import MailStore
 from tests.imapproc import Client, ServerProcess, make_users

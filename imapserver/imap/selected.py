@@ -21,7 +21,7 @@ first to see -- at SELECT and at each refresh that finds new ones -- through the
 A read-only one (EXAMINE) shows those nobody has claimed yet, and claims nothing (6.3.2).
 
 Per selection, too: the saved search result of RFC 5182 (``$``: empty at SELECT, expunged
-messages drop out of it) and the CONTEXT=SEARCH update contexts of RFC 5267 (contexts.py),
+messages drop out of it) and the CONTEXT=SEARCH update contexts of RFC 5267 (search_updates.py),
 which each refresh brings up to date.
 """
 
@@ -34,7 +34,7 @@ from mailstore.index import MailboxIndex, Marks
 from mailstore.mailboxes import Mailbox
 from mailstore.store import MailStore
 
-from .contexts import SearchContexts
+from .search_updates import SearchContexts
 
 _ZERO = Marks(0, 0, 0)
 OWN_FLAGS_CAP = 50_000

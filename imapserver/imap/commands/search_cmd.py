@@ -7,7 +7,7 @@
     command-select =/ "CANCELUPDATE" 1*(SP quoted)      ; RFC 5267 4.3.5
 
 The search itself is in ../search*.py, the ESEARCH response in ../esearch.py, update contexts
-in ../contexts.py.  Without RETURN the answer is ``* SEARCH``; with it, one ``* ESEARCH``
+in ../search_updates.py.  Without RETURN the answer is ``* SEARCH``; with it, one ``* ESEARCH``
 (none for ``RETURN (SAVE)`` alone, RFC 5182 2.1).
 
 The saved result (``$``), RFC 5182 2.1 and as Dovecot does it: a SEARCH with SAVE that
