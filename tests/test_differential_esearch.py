@@ -207,6 +207,20 @@ SCRIPTS = [
     ], doc="RFC 5267 4.3: our own MOVE, COPY, STORE, APPEND and UID EXPUNGE update the "
             "contexts too, REMOVEFROM before the EXPUNGE, ADDTO after the EXISTS."),
 
+    Script("context-update-frozen-numbers", [
+        *seed(5),
+        ("A", "SELECT INBOX"), ("B", "SELECT INBOX"),
+        ("A", "UID SEARCH RETURN (UPDATE ALL) 4:* UNSEEN"),
+        ("A", "SEARCH RETURN (UPDATE ALL) UID 2:*"),
+        ("B", "STORE 1 +FLAGS.SILENT (\\Deleted)"), ("B", "EXPUNGE"),
+        ("B", append("INBOX", message(6), "", date(6))),
+        ("A", "NOOP"),
+        ("B", "STORE 1:* +FLAGS.SILENT (\\Seen)"),
+        ("A", "NOOP"),
+    ], deliberate=("unsolicited-fetch-uid",),
+        doc="RFC 5267 4.3: sequence numbers (and *) in an UPDATE search are evaluated when "
+            "the command is received, so later messages do not join through them."),
+
     Script("context-update-idle", [
         *seed(3),
         ("A", "SELECT INBOX"),
