@@ -103,7 +103,9 @@ def split_return(tokens: list) -> tuple[ReturnOptions | None, list]:
         elif name in _SIMPLE:
             seen[name.lower()] = True
         else:
-            raise ValueError(f"Unknown SEARCH return option {word!s}")
+            shown = ("(...)" if isinstance(word, list) else
+                     word.decode("ascii", "replace") if isinstance(word, bytes) else str(word))
+            raise ValueError(f"Unknown SEARCH return option {shown}")
     if "partial" in seen and seen.get("all"):
         raise ValueError("PARTIAL conflicts with ALL")
     return ReturnOptions(**seen), list(tokens[2:])
