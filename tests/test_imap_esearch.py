@@ -18,7 +18,9 @@ from imapserver.imap.search import evaluate, parse_search
 from imapserver.imap.search_parse import SequenceKey
 from imapserver.imap.search_return import ReturnOptions, split_return
 from imapserver.imap.search_updates import MAX_CONTEXTS, SearchContexts, freeze
+from imapserver.imap.selected import SelectedMailbox
 from imapserver.imap.seqset import parse_seqset
+from mailstore.errors import BackendUnavailable
 from mailstore.store import MailStore
 from tests.imapproc import Client, ServerProcess, make_users
 from tests.mailgen import message
@@ -503,3 +505,33 @@ def test_context_retests_only_what_changed(inbox):
     assert sorted(reads.read) == [1, 2]
     assert contexts.expunged({3}, {1: 1, 2: 2, 3: 3}.get) == [b'ESEARCH (TAG "T") REMOVEFROM (0 3)']
     assert contexts.retest(reads, box, uids, set(), {1}) == []  # nothing new to say
+
+
+class _Flaky(_Reads):
+    """The store, whose fetch fails while ``down`` is set."""
+
+    down = False
+
+    def fetch(self, mailbox, uids, columns=None):
+        if self.down:
+            raise BackendUnavailable("down for the test")
+        return super().fetch(mailbox, uids, columns)
+
+
+def test_failed_context_retest_costs_only_the_update(inbox):
+    """RFC 5267 4.3 vs RFC 3501 7.4.1: when re-testing a context fails, the refresh still
+    reports the new message (the session's numbering has moved on), and the ADDTO follows at
+    the next refresh instead of being lost."""
+    store, box = inbox
+    flaky = _Flaky(store)
+    selected = SelectedMailbox(flaky, box, readonly=False)
+    selected.load()
+    program = parse_search(["UNSEEN"], uid_mode=True)
+    uids = list(selected.uids)
+    selected.contexts.add("T", program, uids, evaluate(program, store, box, uids))
+    store.append("alice", "INBOX", message(4))
+    flaky.down = True
+    changes = selected.refresh()
+    assert changes.exists == 4 and changes.context_after == []
+    flaky.down = False
+    assert selected.refresh().context_after == [b'ESEARCH (TAG "T") UID ADDTO (0 4)']

@@ -30,6 +30,9 @@ from __future__ import annotations
 from bisect import bisect_left, bisect_right
 from dataclasses import dataclass, field
 
+from twisted.python import log
+
+from mailstore.errors import MailStoreError
 from mailstore.index import MailboxIndex, Marks
 from mailstore.mailboxes import Mailbox
 from mailstore.store import MailStore
@@ -85,6 +88,7 @@ class SelectedMailbox:
         self.contexts = SearchContexts()  # RFC 5267 update contexts
         self._pending_context: list[bytes] = []  # REMOVEFROMs for our own expunges
         self._forgotten: list[int] = []  # UIDs we expunged, not yet reported (ascending)
+        self._retest_later: set[int] = set()  # UIDs a failed context re-test left to do
 
     # -- opening ----------------------------------------------------------------------------
 
@@ -219,18 +223,29 @@ class SelectedMailbox:
         self._recent_changes(changes)
         changes.context_before[:0] = self._pending_context
         self._pending_context, self._forgotten = [], []
-        if self.contexts and changes.touched:
-            changes.context_after = self.contexts.retest(
-                self.store, self.mailbox, self.index.uids, self.recent, changes.touched)
+        if self.contexts and (changes.touched or self._retest_later):
+            changes.context_after = self.retest_contexts(changes.touched)
         return changes
 
     def retest_contexts(self, uids) -> list[bytes]:
-        """ESEARCH updates for messages whose flags this session itself just changed (STORE:
-        RFC 5267 4.3 wants them as the results change, whoever changed them)."""
+        """ESEARCH updates (RFC 5267 4.3) for the messages ``uids``, new or with flags changed
+        -- by a refresh, or by this session's own STORE (the results change whoever changed
+        them).  A store failure costs only the updates, never the refresh's EXPUNGE/EXISTS
+        (the session's numbering has moved on already): the UIDs are kept and tested again
+        at the next call, which re-testing makes safe (a context's matches are updated as
+        each is tested)."""
         if not self.contexts:
             return []
-        return self.contexts.retest(self.store, self.mailbox, self.index.uids, self.recent,
-                                    set(uids))
+        touched = set(uids) | self._retest_later
+        try:
+            lines = self.contexts.retest(self.store, self.mailbox, self.index.uids,
+                                         self.recent, touched)
+        except MailStoreError:
+            log.err(None, "CONTEXT=SEARCH update re-test failed; retried at the next refresh")
+            self._retest_later = touched
+            return []
+        self._retest_later = set()
+        return lines
 
     def _look(self) -> Changes:
         changes = Changes()
