@@ -76,7 +76,7 @@ def search_command(ctx, uid_mode: bool):
     if options.update:
         if selected.contexts.full():
             # RFC 5267 4.3.1: the other options are still answered, only UPDATE is refused.
-            ctx.untagged(esearch_refusal(ctx.tag))
+            ctx.untagged(_noupdate(ctx.tag))
         else:
             selected.contexts.add(ctx.tag, program, uids, matched)
 
@@ -86,7 +86,8 @@ def _mentions_saved(tokens: list) -> bool:
     return any(_mentions_saved(t) if isinstance(t, list) else t in ("$", b"$") for t in tokens)
 
 
-def esearch_refusal(tag: str) -> bytes:
+def _noupdate(tag: str) -> bytes:
+    """The untagged NO of RFC 5267 4.3.1 refusing the UPDATE of command ``tag``."""
     return b'NO [NOUPDATE "' + tag.encode() + b'"] Too many update contexts'
 
 
