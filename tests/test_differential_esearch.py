@@ -85,6 +85,16 @@ SCRIPTS = [
         ("A", "FETCH $ FLAGS"),
         ("A", "SEARCH RETURN (SAVE MIN COUNT) UNSEEN"),
         ("A", "FETCH $ FLAGS"),
+        ("A", "SEARCH RETURN (SAVE PARTIAL 2:3) ALL"),
+        ("A", "FETCH $ FLAGS"),
+        ("A", "SEARCH RETURN (SAVE PARTIAL 2:3 MIN) ALL"),
+        ("A", "UID FETCH $ FLAGS"),
+        ("A", "SEARCH RETURN (SAVE PARTIAL 5:3 MAX) UNSEEN"),
+        ("A", "FETCH $ FLAGS"),
+        ("A", "SEARCH RETURN (SAVE PARTIAL 2:3 COUNT) ALL"),
+        ("A", "FETCH $ FLAGS"),
+        ("A", "SEARCH RETURN (SAVE PARTIAL 20:30) ALL"),
+        ("A", "FETCH $ FLAGS"),
         ("A", "SEARCH RETURN (SAVE ALL) 2:4"),
         ("A", "SEARCH RETURN (SAVE) OR $ 6"),
         ("A", "FETCH $ FLAGS"),
@@ -95,7 +105,8 @@ SCRIPTS = [
         ("A", "SEARCH $,1"),
         ("A", "FETCH $,1 FLAGS"),
     ], deliberate=("optional-response-codes",),
-        doc="RFC 5182 2.1: SAVE alone sends no ESEARCH; with MIN/MAX only those are saved; "
+        doc="RFC 5182 2.1: SAVE alone sends no ESEARCH; with MIN/MAX only those are saved "
+            "(and with PARTIAL its range, RFC 9394 3.1); "
            "$ in FETCH, UID FETCH, SEARCH and UID SEARCH UID; empty before any SAVE; a NO "
            "empties it, a BAD leaves it; $ only alone."),
 

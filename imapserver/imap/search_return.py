@@ -48,14 +48,20 @@ class ReturnOptions:
                     self.partial is not None)) or not self.save
 
     def saved_part(self, matched: list[int]) -> list[int]:
-        """What SAVE keeps of ``matched`` (ascending) -- RFC 5182 2.1: with MIN and/or MAX and
-        none of ALL/COUNT only those messages, otherwise all of them.  PARTIAL counts as ALL
-        here (RFC 9394 leaves it to the server; Dovecot 2.3 keeps everything)."""
-        if (self.min or self.max) and not (self.all or self.count):
-            picked = ([matched[0]] if self.min and matched else []) + \
-                     ([matched[-1]] if self.max and matched else [])
-            return sorted(set(picked))
-        return list(matched)
+        """What SAVE keeps of ``matched`` (ascending): what the other options return.
+
+        RFC 5182 2.1: with MIN and/or MAX and neither ALL nor COUNT, only those messages; with
+        ALL or COUNT (or SAVE alone), all of them.  RFC 9394 3.1 adds PARTIAL: the messages in
+        its range, with MIN/MAX beside it as well (Dovecot does the same).
+        """
+        if self.all or self.count or not (self.min or self.max or self.partial):
+            return list(matched)
+        picked = set(self.partial_slice(matched)) if self.partial else set()
+        if matched and self.min:
+            picked.add(matched[0])
+        if matched and self.max:
+            picked.add(matched[-1])
+        return sorted(picked)
 
     def partial_label(self) -> str:
         first, last = self.partial
