@@ -232,6 +232,32 @@ SCRIPTS = [
         doc="RFC 5267 4.3: sequence numbers (and *) in an UPDATE search are evaluated when "
             "the command is received, so later messages do not join through them."),
 
+    Script("esearch-edges", [
+        ("A", "SELECT INBOX"),
+        ("A", "SEARCH RETURN (MIN MAX COUNT ALL) ALL"),
+        ("A", "UID SEARCH RETURN (PARTIAL 1:10) ALL"),
+        ("A", "search return (save) all"),
+        ("A", "fetch $ flags"),
+        ("A", "SEARCH RETURN (UPDATE COUNT) ALL"),
+        ("A", "UID SEARCH RETURN (UPDATE MIN MAX) SEEN"),
+        *seed(4),
+        ("A", "NOOP"),
+        ("A", "UID SEARCH RETURN (MIN ALL) UID 3:*"),
+        ("A", "SEARCH RETURN (COUNT) OR YOUNGER 60 OLDER 60"),
+        ("A", "UID SEARCH RETURN (SAVE) SEEN"),
+        ("A", "UID SEARCH RETURN (ALL SAVE) UID $ 2:*"),
+        ("A", "SEARCH RETURN (ALL) $"),
+        ("A", 'CANCELUPDATE "A7" "A8"'),
+        ("A", 'CANCELUPDATE "A7" "A8"'),
+        ("A", "EXAMINE INBOX"),
+        ("A", "SEARCH RETURN (UPDATE ALL) UNSEEN"),
+        ("B", "SELECT INBOX"), ("B", "STORE 1:* +FLAGS.SILENT (\\Seen)"),
+        ("A", "NOOP"),
+    ], deliberate=("unsolicited-fetch-uid", "dovecot-qresync-codes"),
+        doc="RFC 4731 3.1, RFC 5182 2.1, RFC 5267 4.3.5: an empty mailbox, case, $ inside a "
+            "program, UPDATE in an empty mailbox filled later, CANCELUPDATE of two tags, "
+            "UPDATE on a mailbox opened with EXAMINE."),
+
     Script("context-update-idle", [
         *seed(3),
         ("A", "SELECT INBOX"),
