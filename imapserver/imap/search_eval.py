@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import datetime
 import re
+import time
 from bisect import bisect_right
 from collections.abc import Callable
 
@@ -63,6 +64,7 @@ from .search_parse import (
     SearchProgram,
     SequenceKey,
     SizeKey,
+    WithinKey,
     walk,
 )
 from .search_text import PartDecoder, StreamMatcher, address_text, decode_bytes, decode_field
@@ -82,7 +84,8 @@ Test = Callable[["_Message"], "bool | None"]
 
 def evaluate(program: SearchProgram, store, mailbox, uids: list[int],
              recent: set[int] | None = None, *, batch_size: int = BATCH_SIZE,
-             flag_sets: dict[str, tuple[bool, set[int]]] | None = None) -> list[int]:
+             flag_sets: dict[str, tuple[bool, set[int]]] | None = None,
+             now: float | None = None) -> list[int]:
     """The UIDs of the messages that match ``program``, ascending.
 
     ``store`` is the :class:`~mailstore.store.MailStore` and ``mailbox`` the selected
@@ -97,7 +100,7 @@ def evaluate(program: SearchProgram, store, mailbox, uids: list[int],
     recent = recent or set()
     if flag_sets is not None and answerable_from_flags(program):
         return _resolve_sets(_from_sets(program.key, uids, recent, flag_sets), uids)
-    test = _compile(program.key, uids, recent)
+    test = _compile(program.key, uids, recent, time.time() if now is None else now)
     tiers = program.tiers
     content_keys = sorted({k for k in walk(program.key)
                            if isinstance(k, ContentKey) and k.needle},
@@ -358,7 +361,7 @@ def _flatten(key: Key, kind: type) -> list[Key]:
     return sorted(out, key=_subtree_tier)
 
 
-def _compile(key: Key, uids: list[int], recent: set[int]) -> Test:
+def _compile(key: Key, uids: list[int], recent: set[int], now: float) -> Test:
     """A function of a message giving True, False or None (not decidable with what is
     loaded yet)."""
     if isinstance(key, AllKey):
@@ -392,6 +395,11 @@ def _compile(key: Key, uids: list[int], recent: set[int]) -> Test:
             return lambda m: (None if m.header is None
                               else thread_id(m.header, m.view.record.content) == wanted)
         return lambda m: None if m.view is None else email_id(m.view.record.content) == wanted
+    if isinstance(key, WithinKey):
+        cutoff = now - key.seconds  # RFC 5032: OLDER is before it, YOUNGER the rest
+        if key.older:
+            return lambda m: None if m.view is None else m.view.record.internal_date < cutoff
+        return lambda m: None if m.view is None else m.view.record.internal_date >= cutoff
     if isinstance(key, HeaderKey):
         field, needle = key.field, key.needle
         if not needle:
@@ -406,20 +414,21 @@ def _compile(key: Key, uids: list[int], recent: set[int]) -> Test:
             return lambda m: True  # every text contains the empty string
         return lambda m: None if m.content is None else key in m.content
     if isinstance(key, NotKey):
-        inner = _compile(key.key, uids, recent)
+        inner = _compile(key.key, uids, recent, now)
 
         def negation(m):
             verdict = inner(m)
             return None if verdict is None else not verdict
         return negation
     if isinstance(key, OrKey | AndKey):
-        return _compile_junction(key, uids, recent)
+        return _compile_junction(key, uids, recent, now)
     raise TypeError(f"not a search key: {key!r}")
 
 
-def _compile_junction(key: OrKey | AndKey, uids: list[int], recent: set[int]) -> Test:
+def _compile_junction(key: OrKey | AndKey, uids: list[int], recent: set[int],
+                      now: float) -> Test:
     kind = type(key)
-    tests = [_compile(k, uids, recent) for k in _flatten(key, kind)]
+    tests = [_compile(k, uids, recent, now) for k in _flatten(key, kind)]
     decisive = kind is OrKey  # the verdict that settles an OR (True) or an AND (False)
 
     def junction(m):

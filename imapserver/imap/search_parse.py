@@ -19,6 +19,8 @@ Grammar (RFC 3501 sections 6.4.4 and 9)::
                       "SENTSINCE" SP date / "SMALLER" SP number /
                       "UID" SP sequence-set / "UNDRAFT" / sequence-set /
                       "(" search-key *(SP search-key) ")"
+    search-key      =/ "OLDER" SP nz-number / "YOUNGER" SP nz-number   ; RFC 5032 (WITHIN)
+    sequence-set    =/ "$"                  ; RFC 5182 (SEARCHRES): the saved result
     date            = date-text / DQUOTE date-text DQUOTE
     date-text       = date-day "-" date-month "-" date-year     ; e.g. 1-Feb-1994
     flag-keyword    = atom
@@ -142,6 +144,17 @@ class DateKey:
 
 
 @dataclass(frozen=True, slots=True)
+class WithinKey:
+    """OLDER (``older``) or YOUNGER ``seconds`` (RFC 5032 WITHIN): the internal date is more
+    than ``seconds`` before the time of the search, or not.  Taken as Dovecot does: OLDER n is
+    ``internal date < now - n`` and YOUNGER n its exact complement."""
+
+    older: bool
+    seconds: int
+    tier = 1
+
+
+@dataclass(frozen=True, slots=True)
 class HeaderKey:
     """A header field contains a string: HEADER, and FROM/TO/CC/BCC/SUBJECT.
 
@@ -211,8 +224,8 @@ class AndKey:
     tier = 0
 
 
-Key = (AllKey | SequenceKey | RecentKey | FlagKey | SizeKey | DateKey | HeaderKey | ContentKey
-       | SaveDateKey | ObjectIdKey | NotKey | OrKey | AndKey)
+Key = (AllKey | SequenceKey | RecentKey | FlagKey | SizeKey | DateKey | WithinKey | HeaderKey
+       | ContentKey | SaveDateKey | ObjectIdKey | NotKey | OrKey | AndKey)
 
 
 def walk(key: Key):
@@ -275,11 +288,15 @@ _SAVED_KEYS = {"SAVEDBEFORE": "before", "SAVEDON": "on", "SAVEDSINCE": "since"}
 _OBJECTID = re.compile(r"[A-Za-z0-9_-]{1,255}\Z")
 
 
-def parse_search(tokens: list, *, uid_mode: bool) -> SearchProgram:
+def parse_search(tokens: list, *, uid_mode: bool, saved: list[int] | None = None
+                 ) -> SearchProgram:
     """Parse the arguments of SEARCH / UID SEARCH into a :class:`SearchProgram`.
 
-    ``tokens`` are the command's arguments after the command name, as
-    :func:`imapserver.imap.wire.tokenize` gives them.  ``uid_mode`` is True for UID SEARCH.
+    ``tokens`` are the command's arguments after the command name (and after any RETURN
+    options, see :mod:`.search_return`), as :func:`imapserver.imap.wire.tokenize` gives them.
+    ``uid_mode`` is True for UID SEARCH.  ``saved`` is the session's saved search result (RFC
+    5182, UIDs ascending): ``$`` -- alone or after ``UID`` -- stands for those messages; with
+    ``None`` (no SEARCHRES) ``$`` is a ValueError.
 
     Raises :class:`BadCharset` for a CHARSET other than US-ASCII or UTF-8, and ValueError,
     with the reason, for anything malformed (unknown key, missing argument, bad date or
@@ -296,13 +313,27 @@ def parse_search(tokens: list, *, uid_mode: bool) -> SearchProgram:
         tokens = tokens[2:]
     if not tokens:
         raise ValueError("SEARCH needs at least one search key")
-    keys = _Parser(tokens).keys_until_end(depth=0)
+    keys = _Parser(tokens, saved).keys_until_end(depth=0)
     return SearchProgram(keys[0] if len(keys) == 1 else AndKey(tuple(keys)), uid_mode, charset)
 
 
+def saved_key(saved: list[int]) -> SequenceKey:
+    """The saved result ``saved`` (UIDs, ascending) as a UID set key.  Consecutive UIDs
+    become one range; a UID the mailbox no longer has matches nothing, as RFC 5182 2.1 wants
+    of expunged messages."""
+    ranges = []
+    for uid in saved:
+        if ranges and ranges[-1][1] == uid - 1:
+            ranges[-1][1] = uid
+        else:
+            ranges.append([uid, uid])
+    return SequenceKey(SeqSet(tuple((a, b) for a, b in ranges)), True)
+
+
 class _Parser:
-    def __init__(self, tokens: list):
+    def __init__(self, tokens: list, saved: list[int] | None = None):
         self.tokens = tokens
+        self.saved = saved
         self.pos = 0
 
     def keys_until_end(self, depth: int) -> list[Key]:
@@ -325,7 +356,7 @@ class _Parser:
         if isinstance(token, list):
             if not token:
                 raise ValueError("empty parenthesised list of search keys")
-            keys = _Parser(token).keys_until_end(depth + 1)
+            keys = _Parser(token, self.saved).keys_until_end(depth + 1)
             return keys[0] if len(keys) == 1 else AndKey(tuple(keys))
         if not isinstance(token, str):
             raise ValueError("expected a search key, got a string")
@@ -375,12 +406,24 @@ class _Parser:
         if name == "OR":
             left = self.key(depth + 1)
             return OrKey(left, self.key(depth + 1))
+        if name in ("OLDER", "YOUNGER"):
+            seconds = self.number(name)
+            if not 0 < seconds <= 2**32 - 1:  # RFC 5032 4: nz-number
+                raise ValueError(f"Invalid search interval parameter after {name}")
+            return WithinKey(name == "OLDER", seconds)
         if name == "UID":
-            return SequenceKey(parse_seqset(_text(self.next("sequence set after UID"),
-                                                  "UID set")), True)
-        if token[:1].isdigit() or token[:1] in ("*", "$"):
+            text = _text(self.next("sequence set after UID"), "UID set")
+            return self.saved_set(text) if text == "$" else SequenceKey(parse_seqset(text), True)
+        if token == "$":
+            return self.saved_set(token)
+        if token[:1].isdigit() or token[:1] == "*":
             return SequenceKey(parse_seqset(str(token)), False)
         raise ValueError(f"unknown search key {str(token)!r}")
+
+    def saved_set(self, text: str) -> SequenceKey:
+        if self.saved is None:
+            return SequenceKey(parse_seqset(text), False)  # raises: $ is not supported
+        return saved_key(self.saved)
 
     def string(self, key: str) -> str:
         token = self.next(f"string after {key}")
@@ -451,6 +494,8 @@ __all__ = [
     "SearchProgram",
     "SequenceKey",
     "SizeKey",
+    "WithinKey",
     "parse_search",
+    "saved_key",
     "walk",
 ]

@@ -42,8 +42,8 @@ class Session:
     def capabilities(self) -> list[str]:
         caps = ["IMAP4rev1", "LITERAL+", "SASL-IR", "ID", "ENABLE", "IDLE", "NAMESPACE",
                 "UIDPLUS", "MOVE", "UNSELECT", "CHILDREN", "SPECIAL-USE", "LIST-EXTENDED",
-                "LIST-STATUS", "MULTIAPPEND",
-                f"APPENDLIMIT={self.append_limit()}",
+                "LIST-STATUS", "MULTIAPPEND", "ESEARCH", "SEARCHRES", "WITHIN",
+                "CONTEXT=SEARCH", f"APPENDLIMIT={self.append_limit()}",
                 "STATUS=SIZE", "OBJECTID", "SAVEDATE", "PREVIEW"]
         if self.user is None:
             if not self.tls and self.server.tls_context is not None:

@@ -46,8 +46,11 @@ def changes_lines(changes: Changes, with_uid: bool = True, readonly: bool = Fals
     EXPUNGE, FETCH, EXISTS, RECENT.  Dovecot's order, except that Dovecot puts its FETCHes
     before the EXPUNGEs (numbered as before them) where ours follow them (numbered after):
     RFC 3501 7.4.1 allows both.  A FETCH names only messages the client knew, so it may come
-    before the EXISTS that announces new ones."""
+    before the EXISTS that announces new ones.  CONTEXT=SEARCH updates (RFC 5267 4.3.3,
+    4.3.4) surround them: REMOVEFROMs for expunged messages before the EXPUNGEs, the rest
+    (numbered after every change) last, as Dovecot sends them."""
     lines = flags_lines(changes.keywords, readonly) if changes.keywords else []
+    lines += changes.context_before
     lines += [b"%d EXPUNGE" % seq for seq in changes.expunged_seqs]
     for seq, uid, names, _modseq in changes.flags:
         item = b"FLAGS " + flags_list(names, uid in changes.recent_uids)
@@ -58,6 +61,7 @@ def changes_lines(changes: Changes, with_uid: bool = True, readonly: bool = Fals
         lines.append(b"%d EXISTS" % changes.exists)
     if changes.recent is not None:
         lines.append(b"%d RECENT" % changes.recent)
+    lines += changes.context_after
     return lines
 
 

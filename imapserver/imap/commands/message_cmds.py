@@ -48,10 +48,16 @@ def uid_set_text(uids: list[int]) -> str:
 
 
 def resolve(ctx, token, uid_mode: bool) -> list[int]:
-    """The UIDs a sequence-set argument names in the selected mailbox (ascending)."""
+    """The UIDs a sequence-set argument names in the selected mailbox (ascending).
+
+    ``$`` is the saved search result (RFC 5182 2.1), the same messages in a UID command and
+    in one numbered by sequence; empty when nothing was saved since SELECT.  Only ``$`` alone:
+    RFC 5182's grammar has no ``$`` inside a set (Dovecot: BAD)."""
     if not isinstance(token, (Atom, bytes)):
         raise Bad("expected a sequence set")
     text = token if isinstance(token, str) else token.decode("ascii", "replace")
+    if text == "$":
+        return ctx.session.selected.saved_uids()
     try:
         return parse_seqset(text).resolve_uids(ctx.session.selected.uids, uid_mode)
     except ValueError as exc:
@@ -213,6 +219,9 @@ def _store(ctx, uid_mode: bool):
         return changed, [] if silent else ctx.store.fetch(selected.mailbox, uids)
     changed, views = yield ctx.call(run)
     selected.note_own_flags(changed)  # .SILENT too: the client knows what it set
+    updates = []
+    if selected.contexts and changed:
+        updates = yield ctx.call(selected.retest_contexts, [uid for uid, _flags in changed])
     # A keyword new to the client is announced before the FETCH that shows it, .SILENT or
     # not (RFC 3501 7.2.6; Dovecot does the same).
     announce_keywords(ctx, (name for view in views for name in view.flags.names))
@@ -224,6 +233,8 @@ def _store(ctx, uid_mode: bool):
         if uid_mode:
             item = b"UID %d " % view.uid + item
         ctx.untagged(b"%d FETCH (%s)" % (seq, item))
+    for line in updates:  # RFC 5267 4.3.2: after the FETCH that caused them
+        ctx.untagged(line)
 
 
 @command("STORE", SELECTED)
