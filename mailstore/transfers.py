@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterable
 
 import orjson
 
-from . import keys
+from . import keys, sortkeys
 from .backends.base import Backend, Mutation, decode_counter, encode_counter
 from .changelog import ChangeLog
 from .content import ContentStore
@@ -37,6 +37,7 @@ from .messages import (
     ENVELOPE,
     FLAGS,
     HEADER,
+    SORTKEYS,
     STATE,
     SUMMARY,
     Messages,
@@ -172,6 +173,9 @@ class Transfers:
                 cells[BODY] = orjson.dumps(view.body)
             if view.header is not None:
                 cells[HEADER] = view.header
+            if view.envelope is not None:
+                # The copy's SORT/THREAD keys, as its append would have stored them.
+                cells[SORTKEYS] = sortkeys.encode(sortkeys.compute(view.envelope, view.header))
             self.messages.table.put(key, cells)
             record = MessageRecord(uid=uid, content=view.record.content, size=view.record.size,
                                    internal_date=view.record.internal_date, modseq=modseq,
@@ -179,7 +183,7 @@ class Transfers:
                                    chunk_size=view.record.chunk_size)
             if self.messages.table.check_and_put(key, STATE, None, STATE, record.encode()):
                 return uid
-            self.messages.table.delete(key, [FLAGS, ENVELOPE, BODY, HEADER])
+            self.messages.table.delete(key, [FLAGS, ENVELOPE, BODY, HEADER, SORTKEYS])
             uid = self.boxes.rows.increment(target.id, UID, 1)
             modseq = self.boxes.rows.increment(target.id, MODSEQ, 1)
 
