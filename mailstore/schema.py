@@ -63,7 +63,8 @@ MESSAGES = TableDef(
         "m": "metadata, written once: s (commit record: state byte + packed uid, size, date, "
              "MODSEQ, content id; written last by check-and-put; b'X' marks an abandoned UID, "
              "b'D' a message being expunged), "
-             "env (ENVELOPE), bs (BODYSTRUCTURE), hdr (raw header block)",
+             "env (ENVELOPE), bs (BODYSTRUCTURE), hdr (raw header block), "
+             "sk (SORT/THREAD keys, mailstore/sortkeys.py; absent in rows older than it)",
         "f": "flags, changed by check-and-put on one cell: v = 8-byte MODSEQ + flag names",
     },
     access="newest page = one reverse-ordered bounded scan of 25 rows; UID list = bounded scan "
