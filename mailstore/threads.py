@@ -74,31 +74,29 @@ class Node:
 
 def render(threads: Iterable[Node]) -> bytes:
     """The THREAD response data (RFC 5256 4): one parenthesised list per thread, a message's
-    only child after it, several children each in parentheses, a dummy as its children."""
+    only child after it, several children each in parentheses, a dummy as its children.
+    Iterative: a thread can be as deep as a mailbox is large."""
     out: list[bytes] = []
-
-    def walk(node: Node) -> None:
-        # Iterative along single-child chains, which can be as long as a mailbox.
-        while True:
-            if node.uid is not None:
-                if out and out[-1] not in (b"(",):
-                    out.append(b" ")
-                out.append(b"%d" % node.uid)
-            if len(node.children) == 1 and node.uid is not None:
-                node = node.children[0]
-                continue
-            if node.children and node.uid is not None:
-                out.append(b" ")
-            for child in node.children:
-                out.append(b"(")
-                walk(child)
-                out.append(b")")
-            return
-
     for thread in threads:
         out.append(b"(")
-        walk(thread)
-        out.append(b")")
+        stack: list = [b")", thread]
+        while stack:
+            item = stack.pop()
+            if isinstance(item, bytes):
+                out.append(item)
+                continue
+            node = item
+            if node.uid is not None:
+                if out[-1] != b"(":
+                    out.append(b" ")
+                out.append(b"%d" % node.uid)
+                if len(node.children) == 1:
+                    stack.append(node.children[0])
+                    continue
+                if node.children:
+                    out.append(b" ")
+            for child in reversed(node.children):
+                stack += [b")", child, b"("]
     return b"".join(out)
 
 

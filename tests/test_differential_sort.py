@@ -106,6 +106,56 @@ THREAD_COMMANDS = [
     "THREAD ORDEREDSUBJECT UTF-8 SUBJECT plans",
 ]
 
+EDGE = [
+    # 1-3: a References chain later contradicted (1B moves 3 under 1 from under 2).
+    {"Message-ID": "<e1@t>", "Subject": "Chain", "Date": "Tue, 3 Feb 2026 10:00:00 +0000"},
+    {"Message-ID": "<e2@t>", "References": "<e1@t>", "Subject": "Re: Chain",
+     "Date": "Tue, 3 Feb 2026 10:10:00 +0000"},
+    {"Message-ID": "<e3@t>", "References": "<e1@t> <e2@t>", "Subject": "Re: Chain",
+     "Date": "Tue, 3 Feb 2026 10:20:00 +0000"},
+    {"Message-ID": "<e4@t>", "References": "<e2@t> <e3@t> <e1@t>", "Subject": "Re: Chain",
+     "Date": "Tue, 3 Feb 2026 10:30:00 +0000"},
+    # 5-6: a message referring to itself; two referring to each other.
+    {"Message-ID": "<e5@t>", "References": "<e5@t>", "Subject": "Self",
+     "Date": "Tue, 3 Feb 2026 09:00:00 +0000"},
+    {"Message-ID": "<e6@t>", "References": "<e7@t>", "Subject": "Mutual",
+     "Date": "Tue, 3 Feb 2026 08:00:00 +0000"},
+    {"Message-ID": "<e7@t>", "References": "<e6@t>", "Subject": "Mutual",
+     "Date": "Tue, 3 Feb 2026 08:10:00 +0000"},
+    # 8-10: a dummy root with children of different subjects; 11-12 two dummies, one subject.
+    {"Message-ID": "<e8@t>", "References": "<gone1@t>", "Subject": "Alpha",
+     "Date": "Tue, 3 Feb 2026 07:00:00 +0000"},
+    {"Message-ID": "<e9@t>", "References": "<gone1@t>", "Subject": "Beta",
+     "Date": "Tue, 3 Feb 2026 07:10:00 +0000"},
+    {"Message-ID": "<e10@t>", "References": "<gone1@t> <gone2@t>", "Subject": "Re: Alpha",
+     "Date": "Tue, 3 Feb 2026 07:20:00 +0000"},
+    {"Message-ID": "<e11@t>", "References": "<gone3@t>", "Subject": "Gamma",
+     "Date": "Tue, 3 Feb 2026 06:00:00 +0000"},
+    {"Message-ID": "<e12@t>", "References": "<gone3@t>", "Subject": "Re: Gamma",
+     "Date": "Tue, 3 Feb 2026 06:10:00 +0000"},
+    {"Message-ID": "<e13@t>", "References": "<gone4@t>", "Subject": "Gamma",
+     "Date": "Tue, 3 Feb 2026 06:20:00 +0000"},
+    {"Message-ID": "<e14@t>", "References": "<gone4@t>", "Subject": "Delta",
+     "Date": "Tue, 3 Feb 2026 06:30:00 +0000"},
+    # 15-17: a reply seen before its non-reply namesake; two non-replies of one subject.
+    {"Message-ID": "<e15@t>", "Subject": "Re: Epsilon", "Date": "Tue, 3 Feb 2026 05:00:00 +0000"},
+    {"Message-ID": "<e16@t>", "Subject": "Epsilon", "Date": "Tue, 3 Feb 2026 05:10:00 +0000"},
+    {"Message-ID": "<e17@t>", "Subject": "epsilon", "Date": "Tue, 3 Feb 2026 05:20:00 +0000"},
+    # 18-19: empty subjects are never gathered; 20: equal dates (sequence order).
+    {"Message-ID": "<e18@t>", "Subject": "", "Date": "Tue, 3 Feb 2026 04:00:00 +0000"},
+    {"Message-ID": "<e19@t>", "Subject": "Re:", "Date": "Tue, 3 Feb 2026 04:00:00 +0000"},
+    {"Message-ID": "<e20@t>", "In-Reply-To": "junk <e18@t>", "Subject": "x",
+     "Date": "Tue, 3 Feb 2026 04:00:00 +0000"},
+    # 21: ids with white space and comments inside the angle brackets.
+    {"Message-ID": "<e21@t>", "References": "<e20@t> (c) <e1@t>",
+     "Subject": "=?iso-8859-1?q?R=E9sum=E9?=", "Date": "Tue, 3 Feb 2026 11:00:00 +0000"},
+]
+
+
+def seed_edge() -> list:
+    return [("A", append("INBOX", mail(h), "", date(n))) for n, h in enumerate(EDGE, 1)]
+
+
 SCRIPTS = [
     Script("sort-keys", [*seed_keyed(), ("A", "EXAMINE INBOX"),
                          *[("A", c) for c in SORT_COMMANDS]],
@@ -120,6 +170,24 @@ SCRIPTS = [
                             ("A", "THREAD ORDEREDSUBJECT UTF-8 ALL"),
                             ("A", "THREAD REFERENCES UTF-8 ALL")],
            doc="RFC 5256 4 on the base subjects of RFC 5256 2.1."),
+    Script("thread-edges", [*seed_edge(), ("A", "EXAMINE INBOX"),
+                            ("A", "THREAD REFERENCES UTF-8 ALL"),
+                            ("A", "THREAD ORDEREDSUBJECT UTF-8 ALL"),
+                            ("A", "THREAD REFERENCES UTF-8 8:17"),
+                            ("A", "SORT (SUBJECT) UTF-8 ALL"), ("A", "SORT (DATE) UTF-8 ALL")],
+           doc="RFC 5256 4 REFERENCES: links broken by a later References (1B), loops, "
+               "dummy roots kept or promoted (3), subject gathering cases 5B/5C."),
+    Script("sort-after-changes", [
+        *seed_keyed()[:4], ("A", "SELECT INBOX"), ("A", "SORT (SUBJECT) UTF-8 ALL"),
+        ("A", "THREAD REFERENCES UTF-8 ALL"),
+        ("B", append("INBOX", mail(KEYED[5]), "", date(20))),
+        ("B", append("INBOX", mail(KEYED[6]), "", date(21))),
+        ("B", "SELECT INBOX"), ("B", "STORE 2 +FLAGS.SILENT (\\Deleted)"), ("B", "EXPUNGE"),
+        ("A", "NOOP"), ("A", "SORT (SUBJECT) UTF-8 ALL"), ("A", "UID SORT (DATE) UTF-8 ALL"),
+        ("A", "THREAD ORDEREDSUBJECT UTF-8 ALL"),
+    ],
+        doc="RFC 5256 3: SORT answers for the messages the session has, after other "
+            "sessions appended and expunged (our per-process key cache stays right)."),
     Script("esort", [*seed_keyed(), ("A", "EXAMINE INBOX"),
                      ("A", "SORT RETURN (MIN MAX COUNT ALL) (DATE) UTF-8 ALL"),
                      ("A", "SORT RETURN () (REVERSE SUBJECT) UTF-8 ALL"),
