@@ -178,12 +178,15 @@ def references(entries: dict[int, MessageKeys], uids: Sequence[int]) -> list[Nod
         # making a loop.
         for parent_id, child_id in zip(refs, refs[1:], strict=False):
             parent, child = node_of(parent_id), node_of(child_id)
-            if child.parent is None and not reaches(parent, child):
+            # Only a node with children can be above another (a loop needs one).
+            if child.parent is None and parent is not child and not (
+                    child.children and reaches(parent, child)):
                 link(parent, child)
         # (1B) The message is a child of its last reference (or of nothing).
         if refs:
             parent = node_of(refs[-1])
-            if parent is not node.parent and not reaches(parent, node):
+            if parent is not node.parent and parent is not node and not (
+                    node.children and reaches(parent, node)):
                 if node.parent is not None:
                     unlink(node)
                 link(parent, node)
