@@ -33,12 +33,20 @@ def sequence_set(numbers: Sequence[int]) -> bytes:
 
 def esearch(tag: str, uid_mode: bool, options: Sequence[str], numbers: Sequence[int]) -> bytes:
     """The untagged ESEARCH data for the ``numbers`` found (in the order to report, the sort
-    order for ESORT), answering the RETURN ``options`` (none means ALL, RFC 4731 3.1).  MIN,
-    MAX and ALL are left out when nothing matched (RFC 4731 3.1); COUNT is always given."""
+    order for ESORT), answering the RETURN ``options`` (none means ALL, RFC 4731 3.1)."""
+    return correlated(tag, returned_data(uid_mode, options, numbers))
+
+
+def correlated(tag: str, data: bytes) -> bytes:
+    """``ESEARCH (TAG "tag")`` followed by :func:`returned_data`'s ``data``."""
+    return b'ESEARCH (TAG "' + tag.encode() + b'")' + data
+
+
+def returned_data(uid_mode: bool, options: Sequence[str], numbers: Sequence[int]) -> bytes:
+    """What follows the correlator: `` UID`` and the options' data.  MIN, MAX and ALL are left
+    out when nothing matched (RFC 4731 3.1); COUNT is always given when asked for."""
     wanted = set(options) or {"ALL"}
-    line = b'ESEARCH (TAG "' + tag.encode() + b'")'
-    if uid_mode:
-        line += b" UID"
+    line = b" UID" if uid_mode else b""
     if numbers:
         if "MIN" in wanted:
             line += b" MIN %d" % numbers[0]

@@ -19,18 +19,52 @@ The messages are chosen by the SEARCH evaluator; their keys come from the store
 
 from __future__ import annotations
 
+import hashlib
+import threading
+from array import array
 from bisect import bisect_left
+from collections import OrderedDict
 
 from twisted.internet import defer
 
 from mailstore import threads as mailthreads
 
 from ..context import SELECTED, Bad, No, command
-from ..esearch_render import RETURN_OPTIONS, esearch
+from ..esearch_render import RETURN_OPTIONS, correlated, returned_data
 from ..search import SUPPORTED_CHARSETS, BadCharset, evaluate, parse_search
 from ..wire import Atom
 
 THREAD_ALGORITHMS = ("ORDEREDSUBJECT", "REFERENCES")
+RESULTS_KEPT = 16
+"""Answers remembered per process (see :func:`_answer`)."""
+
+_results: OrderedDict[tuple, bytes] = OrderedDict()
+_results_lock = threading.Lock()
+
+
+def _digest(uids) -> bytes:
+    data = uids.tobytes() if isinstance(uids, array) else array("Q", uids).tobytes()
+    return hashlib.blake2b(data, digest_size=16).digest()
+
+
+def _answer(key: tuple, matched, uids, uid_mode: bool, compute) -> bytes:
+    """``compute()``, remembered per process.  An answer depends only on the messages
+    matched (their keys never change: a UID is never reused in a mailbox) and, for sequence
+    numbers, on the session's UID list, so those (as digests) are in the key with the mailbox,
+    the command's parameters and ``uid_mode``: a client that sorts a big mailbox again
+    unchanged gets the answer without it being sorted and written out again."""
+    key = (*key, uid_mode, _digest(matched), None if uid_mode else _digest(uids))
+    with _results_lock:
+        found = _results.get(key)
+        if found is not None:
+            _results.move_to_end(key)
+            return found
+    found = compute()
+    with _results_lock:
+        _results[key] = found
+        while len(_results) > RESULTS_KEPT:
+            _results.popitem(last=False)
+    return found
 
 
 def _word(token, what: str) -> str:
@@ -101,17 +135,22 @@ def sort_command(ctx, uid_mode: bool):
     selected = ctx.session.selected
     uids = list(selected.uids)
     recent = set(selected.recent)
+    mailbox = selected.mailbox
 
     def run():
-        matched = evaluate(program, ctx.store, selected.mailbox, uids, recent)
-        entries = ctx.store.sort_keys(selected.mailbox, matched)
-        return mailthreads.sort_uids(entries, matched, criteria)
-    order = yield ctx.call(run)
-    numbers = _numbers(uid_mode, order, uids)
-    if returns is not None:
-        ctx.untagged(esearch(ctx.tag, uid_mode, returns, numbers))
-    else:
-        ctx.untagged(b"SORT" + b"".join(b" %d" % n for n in numbers))
+        matched = evaluate(program, ctx.store, mailbox, uids, recent)
+
+        def compute() -> bytes:
+            entries = ctx.store.sort_keys(mailbox, matched)
+            order = mailthreads.sort_uids(entries, matched, criteria)
+            numbers = _numbers(uid_mode, order, uids)
+            if returns is not None:
+                return returned_data(uid_mode, returns, numbers)
+            return b"SORT" + b"".join(b" %d" % n for n in numbers)
+        return _answer((mailbox.id, "SORT", tuple(criteria), tuple(returns or ()),
+                        returns is None), matched, uids, uid_mode, compute)
+    data = yield ctx.call(run)
+    ctx.untagged(data if returns is None else correlated(ctx.tag, data))
 
 
 @defer.inlineCallbacks
@@ -126,17 +165,21 @@ def thread_command(ctx, uid_mode: bool):
     selected = ctx.session.selected
     uids = list(selected.uids)
     recent = set(selected.recent)
+    mailbox = selected.mailbox
 
     def run():
-        matched = evaluate(program, ctx.store, selected.mailbox, uids, recent)
-        entries = ctx.store.sort_keys(selected.mailbox, matched)
-        if algorithm == "REFERENCES":
-            threads = mailthreads.references(entries, matched)
-        else:
-            threads = mailthreads.orderedsubject(entries, matched)
-        if not uid_mode:
-            _renumber(threads, uids)
-        return mailthreads.render(threads)
+        matched = evaluate(program, ctx.store, mailbox, uids, recent)
+
+        def compute() -> bytes:
+            entries = ctx.store.sort_keys(mailbox, matched)
+            if algorithm == "REFERENCES":
+                threads = mailthreads.references(entries, matched)
+            else:
+                threads = mailthreads.orderedsubject(entries, matched)
+            if not uid_mode:
+                _renumber(threads, uids)
+            return mailthreads.render(threads)
+        return _answer((mailbox.id, "THREAD", algorithm), matched, uids, uid_mode, compute)
     data = yield ctx.call(run)
     ctx.untagged(b"THREAD" + (b" " + data if data else b""))
 
