@@ -185,6 +185,8 @@ SCRIPTS = [
         ("B", "SELECT INBOX"), ("B", "STORE 2 +FLAGS.SILENT (\\Deleted)"), ("B", "EXPUNGE"),
         ("A", "NOOP"), ("A", "SORT (SUBJECT) UTF-8 ALL"), ("A", "UID SORT (DATE) UTF-8 ALL"),
         ("A", "THREAD ORDEREDSUBJECT UTF-8 ALL"),
+        ("A", "STORE 1,3 +FLAGS.SILENT (\\Seen)"), ("A", "SORT (REVERSE ARRIVAL) UTF-8 UNSEEN"),
+        ("A", "THREAD REFERENCES UTF-8 SEEN"), ("A", "UID SORT (SUBJECT) UTF-8 NOT SEEN"),
     ],
         doc="RFC 5256 3: SORT answers for the messages the session has, after other "
             "sessions appended and expunged (our per-process key cache stays right)."),

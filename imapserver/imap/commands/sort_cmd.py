@@ -31,7 +31,13 @@ from mailstore import threads as mailthreads
 
 from ..context import SELECTED, Bad, No, command
 from ..esearch_render import RETURN_OPTIONS, correlated, returned_data
-from ..search import SUPPORTED_CHARSETS, BadCharset, evaluate, parse_search
+from ..search import (
+    SUPPORTED_CHARSETS,
+    BadCharset,
+    answerable_from_flags,
+    evaluate,
+    parse_search,
+)
 from ..wire import Atom
 
 THREAD_ALGORITHMS = ("ORDEREDSUBJECT", "REFERENCES")
@@ -109,6 +115,13 @@ def _program(ctx, tokens: list, uid_mode: bool):
         raise Bad(str(exc)) from None
 
 
+def _matching(program, ctx, selected, uids: list[int], recent: set[int]) -> list[int]:
+    """The UIDs the search criteria select, as SEARCH finds them (keys on system flags only
+    are answered from the session's index, reading nothing)."""
+    flag_sets = selected.flag_sets() if answerable_from_flags(program) else None
+    return evaluate(program, ctx.store, selected.mailbox, uids, recent, flag_sets=flag_sets)
+
+
 def _numbers(uid_mode: bool, order: list[int], uids: list[int]) -> list[int]:
     if uid_mode:
         return order
@@ -138,7 +151,7 @@ def sort_command(ctx, uid_mode: bool):
     mailbox = selected.mailbox
 
     def run():
-        matched = evaluate(program, ctx.store, mailbox, uids, recent)
+        matched = _matching(program, ctx, selected, uids, recent)
 
         def compute() -> bytes:
             entries = ctx.store.sort_keys(mailbox, matched)
@@ -168,7 +181,7 @@ def thread_command(ctx, uid_mode: bool):
     mailbox = selected.mailbox
 
     def run():
-        matched = evaluate(program, ctx.store, mailbox, uids, recent)
+        matched = _matching(program, ctx, selected, uids, recent)
 
         def compute() -> bytes:
             entries = ctx.store.sort_keys(mailbox, matched)
