@@ -275,14 +275,17 @@ def _gather_subjects(roots: list[Node], entries: dict[int, MessageKeys]) -> list
         if (dummy and not held_dummy) or (held_reply and not reply and not held_dummy):
             table[subject] = root
     out: list[Node] = []
-    replaced: dict[int, Node] = {}  # id(table root) -> the dummy that took its place
+    where: dict[int, int] = {}      # id(root kept in out) -> its index there
+    replaced: dict[int, Node] = {}  # id(table root not yet reached) -> the dummy in its place
     for root in roots:  # (5C)
-        if id(root) in replaced:  # merged with a later root: the dummy holding both
+        if id(root) in replaced:  # merged with an earlier root: the dummy holding both
+            where[id(replaced[id(root)])] = len(out)
             out.append(replaced[id(root)])
             continue
         subject, reply, dummy = _subject_of(root, entries)
         held = table.get(subject) if subject else None
         if held is None or held is root:
+            where[id(root)] = len(out)
             out.append(root)
             continue
         _, held_reply, held_dummy = _subject_of(held, entries)
@@ -298,14 +301,15 @@ def _gather_subjects(roots: list[Node], entries: dict[int, MessageKeys]) -> list
             held.children.append(root)
         else:
             group = Node()
-            # The held root keeps its place in the root list; the new dummy stands there.
-            position = next((i for i, n in enumerate(out) if n is held), None)
             for member in (held, root):
                 member.parent = group
                 group.children.append(member)
             table[subject] = group
+            # The new dummy takes the held root's place in the root list.
+            position = where.pop(id(held), None)
             if position is not None:
                 out[position] = group
+                where[id(group)] = position
             else:
                 replaced[id(held)] = group
     return out
