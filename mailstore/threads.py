@@ -101,13 +101,15 @@ def render(threads: Iterable[Node]) -> bytes:
 
 
 def _date_key(entries: dict[int, MessageKeys]):
+    dates = {uid: (sent_date(entry), uid) for uid, entry in entries.items()}
+
     def key(node: Node):
+        if node.uid is not None:
+            return dates[node.uid]
         # A dummy sorts as its first child (its children are sorted first).
         while node.uid is None and node.children:
             node = node.children[0]
-        if node.uid is None:
-            return (0.0, 0)
-        return (sent_date(entries[node.uid]), node.uid)
+        return (0.0, 0) if node.uid is None else dates[node.uid]
     return key
 
 
@@ -262,33 +264,34 @@ def _subject_of(node: Node, entries: dict[int, MessageKeys]) -> tuple[str, bool,
 
 def _gather_subjects(roots: list[Node], entries: dict[int, MessageKeys]) -> list[Node]:
     """RFC 5256 4 step 5: one thread per base subject among the roots."""
+    info = {id(root): _subject_of(root, entries) for root in roots}
     table: dict[str, Node] = {}
     for root in roots:  # (5B)
-        subject, reply, dummy = _subject_of(root, entries)
+        subject, reply, dummy = info[id(root)]
         if not subject:
             continue
         held = table.get(subject)
         if held is None:
             table[subject] = root
             continue
-        _, held_reply, held_dummy = _subject_of(held, entries)
+        _, held_reply, held_dummy = info[id(held)]
         if (dummy and not held_dummy) or (held_reply and not reply and not held_dummy):
             table[subject] = root
     out: list[Node] = []
     where: dict[int, int] = {}      # id(root kept in out) -> its index there
     replaced: dict[int, Node] = {}  # id(table root not yet reached) -> the dummy in its place
     for root in roots:  # (5C)
-        if id(root) in replaced:  # merged with an earlier root: the dummy holding both
+        if id(root) in replaced:  # merged with a root before it: the dummy holding both
             where[id(replaced[id(root)])] = len(out)
             out.append(replaced[id(root)])
             continue
-        subject, reply, dummy = _subject_of(root, entries)
+        subject, reply, dummy = info[id(root)]
         held = table.get(subject) if subject else None
         if held is None or held is root:
             where[id(root)] = len(out)
             out.append(root)
             continue
-        _, held_reply, held_dummy = _subject_of(held, entries)
+        _, held_reply, held_dummy = info[id(held)]
         if dummy and held_dummy:
             for child in root.children:
                 child.parent = held
@@ -305,6 +308,7 @@ def _gather_subjects(roots: list[Node], entries: dict[int, MessageKeys]) -> list
                 member.parent = group
                 group.children.append(member)
             table[subject] = group
+            info[id(group)] = (subject, held_reply, True)  # as its first child, ``held``
             # The new dummy takes the held root's place in the root list.
             position = where.pop(id(held), None)
             if position is not None:
