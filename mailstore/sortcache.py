@@ -14,8 +14,9 @@ mailbox once:
   of committed messages are only ever written by their own append, and the cost is paid once
   per process.
 
-Entries for expunged UIDs are dropped when a read finds the cache holds many more UIDs than the
-caller asked for.  The cache holds ``max_mailboxes`` mailboxes (least recently used goes first).
+Entries for expunged UIDs are dropped when they are a quarter of what the cache holds for a
+mailbox (the caller says which UIDs are present).  The cache holds ``max_mailboxes``
+mailboxes (least recently used goes first).
 """
 
 from __future__ import annotations
@@ -51,9 +52,12 @@ class SortKeyCache:
         self._lock = threading.Lock()
         self.rows_read = 0  # for tests and the bench: how many rows were read in total
 
-    def keys(self, mailbox_id: bytes, uids: Sequence[int]) -> dict[int, MessageKeys]:
+    def keys(self, mailbox_id: bytes, uids: Sequence[int],
+             present: Sequence[int] | None = None) -> dict[int, MessageKeys]:
         """The keys of the messages among ``uids`` (ascending) that still exist; a UID that is
-        gone (expunged, or never visible) is left out."""
+        gone (expunged, or never visible) is left out.  ``present``, the mailbox's UIDs as
+        the caller knows them (a session's list), lets entries of expunged messages go once
+        they are a quarter of what is held."""
         with self._lock:
             held = self._boxes.get(mailbox_id)
             if held is None:
@@ -61,17 +65,18 @@ class SortKeyCache:
             self._boxes.move_to_end(mailbox_id)
             while len(self._boxes) > self.max_mailboxes:
                 self._boxes.popitem(last=False)
-        missing = [u for u in uids if u not in held]
+            missing = [u for u in uids if u not in held]
         if missing:
             found = self._read(mailbox_id, missing)
             with self._lock:
                 held.update(found)
-                if len(held) > 2 * len(uids) + 1000:
-                    # Mostly expunged messages: keep only those still asked about.
-                    wanted = set(uids)
-                    for uid in [u for u in held if u not in wanted]:
-                        del held[uid]
-        return {u: held[u] for u in uids if u in held}
+        with self._lock:
+            if present is not None and len(held) > len(present) * 5 // 4 + 1000:
+                keep = set(present)
+                for uid in [u for u in held if u not in keep]:
+                    del held[uid]
+            get = held.get
+            return {u: k for u in uids if (k := get(u)) is not None}
 
     def forget(self, mailbox_id: bytes) -> None:
         with self._lock:

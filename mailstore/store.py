@@ -353,11 +353,14 @@ class MailStore:
         nothing else (SEARCH on flags, and a session whose change log was trimmed)."""
         return self.messages.uid_flags(mailbox.id, high_uid)
 
-    def sort_keys(self, mailbox: Mailbox, uids: Sequence[int]) -> dict[int, MessageKeys]:
+    def sort_keys(self, mailbox: Mailbox, uids: Sequence[int],
+                  present: Sequence[int] | None = None) -> dict[int, MessageKeys]:
         """The SORT/THREAD keys (RFC 5256; :mod:`mailstore.sortkeys`) of the messages among
         ``uids`` (ascending) that still exist, by UID.  Kept per process: only UIDs this
-        process has not read before cost a row read (:mod:`mailstore.sortcache`)."""
-        return self.sort_cache.keys(mailbox.id, uids)
+        process has not read before cost a row read (:mod:`mailstore.sortcache`).
+        ``present``: every UID of the mailbox the caller knows of (lets the cache forget
+        expunged ones)."""
+        return self.sort_cache.keys(mailbox.id, uids, present)
 
     def marks(self, mailbox_ids: Sequence[bytes]) -> dict[bytes, Marks]:
         """Where each mailbox stands, in one round trip: a new message moves its UID watermark,

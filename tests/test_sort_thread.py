@@ -145,6 +145,15 @@ def test_cache_reads_only_new_messages_and_drops_expunged(store):
     store.expunge(inbox, [uids[0]])
     other = MailStore(store.backend)
     assert set(other.sort_keys(inbox, uids)) == set(uids[1:])  # gone: left out
+    # A subset asked for keeps the rest cached; entries of expunged UIDs go when many.
+    store.sort_keys(inbox, uids[3:4], present=uids)
+    read = cache.rows_read
+    store.sort_keys(inbox, uids)
+    assert cache.rows_read == read
+    held = cache._boxes[inbox.id]
+    held.update({10_000 + i: held[uids[1]] for i in range(2000)})
+    store.sort_keys(inbox, uids[1:2], present=uids[1:])
+    assert set(held) == set(uids[1:])
 
 
 def test_large_mailbox_is_read_by_one_scan(store):

@@ -154,7 +154,7 @@ def sort_command(ctx, uid_mode: bool):
         matched = _matching(program, ctx, selected, uids, recent)
 
         def compute() -> bytes:
-            entries = ctx.store.sort_keys(mailbox, matched)
+            entries = ctx.store.sort_keys(mailbox, matched, uids)
             order = mailthreads.sort_uids(entries, matched, criteria)
             numbers = _numbers(uid_mode, order, uids)
             if returns is not None:
@@ -184,7 +184,7 @@ def thread_command(ctx, uid_mode: bool):
         matched = _matching(program, ctx, selected, uids, recent)
 
         def compute() -> bytes:
-            entries = ctx.store.sort_keys(mailbox, matched)
+            entries = ctx.store.sort_keys(mailbox, matched, uids)
             if algorithm == "REFERENCES":
                 threads = mailthreads.references(entries, matched)
             else:
