@@ -75,3 +75,17 @@ def test_repeated_answers_follow_the_mailbox(client):
     assert client.cmd("f", "SORT (SUBJECT) UTF-8 ALL")[0] == b"* SORT 3 2 1"
     assert client.cmd("g", "SORT RETURN (MIN COUNT) (SUBJECT) UTF-8 ALL")[0] == \
         b'* ESEARCH (TAG "g") MIN 3 COUNT 3'
+
+
+def test_esearch_rendering():
+    """RFC 5267 3.2: ESORT's ALL lists numbers in sort order (a sequence-set, only ascending
+    runs written as ranges); MIN/MAX are the first and last in that order, left out with
+    COUNT 0 when nothing matched (RFC 4731 3.1)."""
+    from imapserver.imap.esearch_render import esearch, sequence_set
+
+    assert sequence_set([5, 1, 2, 3, 9, 8, 7]) == b"5,1:3,9,8,7"
+    assert esearch("t1", True, ["MIN", "MAX", "COUNT", "ALL"], [4, 2, 3]) == \
+        b'ESEARCH (TAG "t1") UID MIN 4 MAX 3 ALL 4,2:3 COUNT 3'
+    assert esearch("t2", False, ["MIN", "MAX", "ALL", "COUNT"], []) == \
+        b'ESEARCH (TAG "t2") COUNT 0'
+    assert esearch("t3", False, [], [1, 2]) == b'ESEARCH (TAG "t3") ALL 1:2'
