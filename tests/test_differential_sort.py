@@ -203,7 +203,10 @@ SCRIPTS = [
                            ("A", "SORT DATE UTF-8 ALL"), ("A", "SORT (DATE) UTF-8"),
                            ("A", "SORT (REVERSE) UTF-8 ALL"), ("A", "THREAD NOSUCH UTF-8 ALL"),
                            ("A", "THREAD REFERENCES UTF-8"), ("A", "SORT (DATE) UTF-8 NOSUCH"),
-                           ("A", "UID THREAD"), ("A", "SORT")],
+                           ("A", "UID THREAD"), ("A", "SORT"), ("A", "SORT (DATE) ALL"),
+                           ("A", "SORT (DATE) UTF-8 (ALL"), ("A", "SORT RETURN (DATE) UTF-8 ALL"),
+                           ("A", "SORT RETURN (BOGUS) (DATE) UTF-8 ALL"),
+                           ("A", "SORT (REVERSE REVERSE DATE) UTF-8 ALL")],
            doc="RFC 5256 3 and 4: bad syntax is BAD.  (Charsets other than UTF-8 and "
                "US-ASCII, which Dovecot converts with iconv and we refuse with NO "
                "[BADCHARSET], are tested in tests/test_imap_sort.py.)"),

@@ -80,7 +80,8 @@ def _word(token, what: str) -> str:
 
 
 def parse_criteria(tokens) -> list[tuple[str, bool]]:
-    """``(REVERSE DATE SUBJECT)`` as ``[("DATE", True), ("SUBJECT", False)]``."""
+    """``(REVERSE DATE SUBJECT)`` as ``[("DATE", True), ("SUBJECT", False)]``; a REVERSE
+    without a key after it is BAD."""
     if not isinstance(tokens, list) or not tokens:
         raise Bad("SORT needs a parenthesised list of sort criteria")
     out: list[tuple[str, bool]] = []
@@ -88,9 +89,9 @@ def parse_criteria(tokens) -> list[tuple[str, bool]]:
     for token in tokens:
         word = _word(token, "a sort key")
         if word == "REVERSE":
-            if reverse:
-                raise Bad("REVERSE twice")
-            reverse = True
+            # RFC 5256's grammar has one REVERSE per key; Dovecot takes a second as undoing
+            # the first, and so do we (the outside judge, and harmless).
+            reverse = not reverse
             continue
         if word not in mailthreads.SORT_KEYS:
             raise Bad(f"unknown sort key {word}")
