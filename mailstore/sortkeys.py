@@ -140,9 +140,21 @@ def _text(latin1: str | None) -> str:
     return decode_header_text(decode_bytes(latin1.encode("latin-1"))) if latin1 else ""
 
 
+_QUOTED_PAIR = re.compile(r"\\(.)", re.S)
+
+
+def _local_part(latin1: str | None) -> str:
+    """An address's mailbox as text, a quoted local part unquoted (Dovecot sorts
+    ``"q u"@x`` under Q)."""
+    text = _text(latin1)
+    if len(text) >= 2 and text[0] == '"' and text[-1] == '"':
+        text = _QUOTED_PAIR.sub(r"\1", text[1:-1])
+    return text
+
+
 def _mailbox(addrs) -> str:
     addr = _first_address(addrs)
-    return casemap(_text(addr[2])) if addr else ""
+    return casemap(_local_part(addr[2])) if addr else ""
 
 
 def _display(addrs) -> str:
@@ -154,7 +166,7 @@ def _display(addrs) -> str:
         return casemap(name)
     if addr[3] is None:  # a group's start marker: its name
         return casemap(_text(addr[2]))
-    return casemap(_text(addr[2]) + "@" + _text(addr[3]))
+    return casemap(_local_part(addr[2]) + "@" + _text(addr[3]))
 
 
 def sent_date(value: str | None) -> float | None:

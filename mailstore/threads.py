@@ -7,8 +7,8 @@ number" for ties), which is the UID order.
 Where RFC 5256 leaves a choice:
 
 * The sent date of a message with no readable Date field is its INTERNALDATE (RFC 5256 2.2).
-* REFERENCES step 1B: when linking a message to its last reference would make a loop, its
-  existing parent (if any) is kept rather than broken for nothing.
+* REFERENCES step 1B: a message's existing parent is broken even when the link to its last
+  reference is not made because it would make a loop (Dovecot does the same).
 * A Message-ID that is missing, has no ``<...@...>`` form, or repeats an earlier message's is
   replaced by a unique one (step 1), so such a message can still be a thread of its own.
 """
@@ -185,15 +185,16 @@ def references(entries: dict[int, MessageKeys], uids: Sequence[int]) -> list[Nod
                     child.children and reaches(parent, child)):
                 link(parent, child)
         # (1B) The message is a child of its last reference (or of nothing).
-        if refs:
-            parent = node_of(refs[-1])
-            if parent is not node.parent and parent is not node and not (
+        # An existing parent (from an earlier message's References) goes even when the new
+        # link would make a loop and is not made (the message's own id last, say), as the
+        # RFC's order of the two actions reads and as Dovecot does.
+        parent = node_of(refs[-1]) if refs else None
+        if parent is not node.parent:
+            if node.parent is not None:
+                unlink(node)
+            if parent is not None and parent is not node and not (
                     node.children and reaches(parent, node)):
-                if node.parent is not None:
-                    unlink(node)
                 link(parent, node)
-        elif node.parent is not None:
-            unlink(node)
 
     # (2) The root set; (3) dummies pruned.
     roots = _prune([n for n in nodes if n.parent is None], root=True)

@@ -7,6 +7,8 @@ compares every answer.
 
 from __future__ import annotations
 
+import random
+
 import pytest
 from differential import Script, append, date, servers
 
@@ -156,6 +158,63 @@ def seed_edge() -> list:
     return [("A", append("INBOX", mail(h), "", date(n))) for n, h in enumerate(EDGE, 1)]
 
 
+def random_mail(rng: random.Random, n: int) -> bytes:
+    """Message ``n`` of a seeded random mailbox: subjects with leaders, trailers, blobs and
+    encoded words, addresses with and without names, dates in many zones (some unreadable),
+    Message-IDs referring to each other (some missing, some repeated)."""
+    names = ["Ann", "bob", "\"Cole, Al\"", "=?utf-8?q?=C3=89va?=", "", "zed", "Émile"]
+    boxes = ["ann", "Bob", "carl", "dave", "eve", "zoe", "alice", "\"q u\""]
+    def address() -> str:
+        name, box = rng.choice(names), rng.choice(boxes)
+        return f"{name} <{box}@x{rng.randint(1, 3)}.example>" if name else f"{box}@y.example"
+    words = ["plans", "Budget", "lunch", "été", "=?iso-8859-1?q?caf=E9?=", "x"]
+    subject = rng.choice(words) + (" " + rng.choice(words) if rng.random() < 0.3 else "")
+    for _ in range(rng.randint(0, 2)):
+        subject = rng.choice(["Re: ", "RE:", "Fwd: ", "fw:", "[list] ", "Re[2]: ", "[x] Re: "]) \
+            + subject
+    if rng.random() < 0.15:
+        subject += " (fwd)"
+    if rng.random() < 0.1:
+        subject = f"[Fwd: {subject}]"
+    headers = {"Subject": subject}
+    if rng.random() < 0.9:
+        headers["From"] = ", ".join(address() for _ in range(rng.randint(1, 2)))
+    if rng.random() < 0.8:
+        headers["To"] = address()
+    if rng.random() < 0.4:
+        headers["Cc"] = address()
+    if rng.random() < 0.9:
+        zone = rng.choice(["+0000", "-0800", "+0530", "+1400", "GMT", "EST"])
+        headers["Date"] = (f"{rng.randint(1, 28)} {rng.choice(['Jan', 'Feb', 'Mar'])} "
+                           f"{rng.choice([2025, 2026])} {rng.randint(0, 23):02d}:"
+                           f"{rng.randint(0, 59):02d}:00 {zone}")
+    elif rng.random() < 0.5:
+        headers["Date"] = "yesterday"
+    if rng.random() < 0.9:
+        headers["Message-ID"] = f"<r{rng.randint(1, n + 5) if rng.random() < 0.1 else n}@t>"
+    if n > 1 and rng.random() < 0.6:
+        refs = sorted(rng.sample(range(1, n + 3), min(n + 2, rng.randint(1, 3))))
+        if rng.random() < 0.1:
+            refs.reverse()
+        value = " ".join(f"<r{r}@t>" for r in refs)
+        headers["References" if rng.random() < 0.7 else "In-Reply-To"] = value
+    return mail(headers, "x" * rng.randint(0, 300) + "\n")
+
+
+def seed_random(seed: int, count: int) -> list:
+    rng = random.Random(seed)
+    return [("A", append("INBOX", random_mail(rng, n), "", date(rng.randint(1, 60))))
+            for n in range(1, count + 1)]
+
+
+RANDOM_COMMANDS = [
+    "SORT (SUBJECT) UTF-8 ALL", "SORT (FROM DATE) UTF-8 ALL", "SORT (TO REVERSE SIZE) UTF-8 ALL",
+    "SORT (CC ARRIVAL) UTF-8 ALL", "SORT (REVERSE DATE) UTF-8 ALL",
+    "SORT (DISPLAYFROM) UTF-8 ALL", "SORT (DISPLAYTO REVERSE SUBJECT) UTF-8 ALL",
+    "THREAD REFERENCES UTF-8 ALL", "THREAD ORDEREDSUBJECT UTF-8 ALL",
+    "THREAD REFERENCES UTF-8 1:40",
+]
+
 SCRIPTS = [
     Script("sort-keys", [*seed_keyed(), ("A", "EXAMINE INBOX"),
                          *[("A", c) for c in SORT_COMMANDS]],
@@ -190,6 +249,10 @@ SCRIPTS = [
     ],
         doc="RFC 5256 3: SORT answers for the messages the session has, after other "
             "sessions appended and expunged (our per-process key cache stays right)."),
+    *[Script(f"random-mailbox-{seed}", [*seed_random(seed, 80), ("A", "EXAMINE INBOX"),
+                                         *[("A", c) for c in RANDOM_COMMANDS]],
+             doc="RFC 5256 and RFC 5957 on a seeded random mailbox: every key, both "
+                 "algorithms.") for seed in (1, 2, 3)],
     Script("esort", [*seed_keyed(), ("A", "EXAMINE INBOX"),
                      ("A", "SORT RETURN (MIN MAX COUNT ALL) (DATE) UTF-8 ALL"),
                      ("A", "SORT RETURN () (REVERSE SUBJECT) UTF-8 ALL"),
