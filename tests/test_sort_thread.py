@@ -228,3 +228,17 @@ def test_references_speed_on_many_messages():
     threads = mailthreads.references(e, list(range(1, n + 1)))
     assert len(threads) == n // 5 + 1
     assert time.perf_counter() - start < 10
+
+
+def test_threading_pauses_the_collector_and_resumes_it():
+    """The cyclic collector is paused only while REFERENCES builds its trees (also when that
+    fails), and the trees hold no parent links (no cycles to collect)."""
+    import gc
+
+    e = entries((1, "a@x", (), "A", 1.0), (2, "b@x", ("a@x",), "Re: A", 2.0))
+    assert gc.isenabled()
+    threads = mailthreads.references(e, [1, 2])
+    assert gc.isenabled() and threads[0].children[0].parent is None
+    with pytest.raises(TypeError):
+        mailthreads.references(None, [1])
+    assert gc.isenabled()
