@@ -66,11 +66,18 @@ _REFWD = re.compile(rf"(?:{_BLOB})*(?:re|fwd?)[ \t]*(?:{_BLOB})?:", re.I)
 _BLOB_RE = re.compile(_BLOB)
 
 
+MAX_SUBJECT = 2048
+"""Characters of a Subject the base subject is taken from: the steps below rescan what is left
+after each removal, so a pathological subject ("[a]" ten thousand times) would cost seconds of
+CPU at delivery; real subjects are far shorter (RFC 5322 2.1.1 wants lines under 998)."""
+
+
 def base_subject(subject: str) -> tuple[str, bool]:
     """RFC 5256 2.1's base subject of a decoded Subject value, and whether the subject marked
-    a reply or forward (its "re:", "fwd:", "[fwd: ...]" or "(fwd)").  Not yet upper-cased."""
+    a reply or forward (its "re:", "fwd:", "[fwd: ...]" or "(fwd)").  Not yet upper-cased.
+    Only the first :data:`MAX_SUBJECT` characters count."""
     # (1) encoded words are decoded by the caller; folding and tabs become one space each.
-    text = _WSP.sub(" ", subject)
+    text = _WSP.sub(" ", subject[:MAX_SUBJECT])
     reply = False
     while True:
         # (2) trailing "(fwd)" and white space.

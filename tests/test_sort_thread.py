@@ -242,3 +242,13 @@ def test_threading_pauses_the_collector_and_resumes_it():
     with pytest.raises(TypeError):
         mailthreads.references(None, [1])
     assert gc.isenabled()
+
+
+@pytest.mark.parametrize("subject", ["[a]" * 10_000 + "x", "[fwd: " * 5_000 + "x" + "]" * 5_000,
+                                     "[fwd: " * 290 + "x" + "]" * 290, "Re: " * 20_000])
+def test_pathological_subjects_are_cheap(subject):
+    """A Subject built to make RFC 5256 2.1's repeated steps rescan it costs milliseconds at
+    delivery, not seconds (only the first MAX_SUBJECT characters are looked at)."""
+    start = time.perf_counter()
+    base_subject(subject)
+    assert time.perf_counter() - start < 0.5
