@@ -251,7 +251,8 @@ def _prune(children: list[Node], root: bool) -> list[Node]:
     except at the root where that would make more than one new root."""
     out: list[Node] = []
     for child in children:
-        _prune_node(child)
+        if child.children:  # (most roots are single messages: nothing below to prune)
+            _prune_node(child)
     for child in children:
         if child.uid is None:
             if not child.children:
@@ -357,11 +358,11 @@ def _gather_subjects(roots: list[Node], entries: dict[int, MessageKeys]) -> list
 
 def _sort_tree(roots: list[Node], date_key) -> None:
     order: list[Node] = []
-    stack = list(roots)
+    stack = [node for node in roots if node.children]
     while stack:
         node = stack.pop()
         order.append(node)
-        stack.extend(node.children)
+        stack.extend(child for child in node.children if child.children)
     for node in reversed(order):  # children sorted before their parent's siblings are
         if len(node.children) > 1:
             node.children.sort(key=date_key)
