@@ -181,7 +181,9 @@ def random_mail(rng: random.Random, n: int) -> bytes:
     if rng.random() < 0.9:
         headers["From"] = ", ".join(address() for _ in range(rng.randint(1, 2)))
     if rng.random() < 0.8:
-        headers["To"] = address()
+        headers["To"] = address() if rng.random() < 0.85 else \
+            rng.choice(["team: ", "Undisclosed recipients:;", "=?utf-8?q?=C3=9Cber?= <u@x>"]) \
+            + (address() + ";" if rng.random() < 0.5 else "")
     if rng.random() < 0.4:
         headers["Cc"] = address()
     if rng.random() < 0.9:
