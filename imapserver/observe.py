@@ -85,8 +85,9 @@ STORE_OPERATIONS = (
 does it ("other" is a call nobody named yet: a bug to report)."""
 
 _KNOWN_COMMANDS: set[str] = set()
-UID_COMMANDS = ("COPY", "EXPUNGE", "FETCH", "MOVE", "SEARCH", "STORE")
-"""UID's sub-commands (RFC 3501 6.4.8, RFC 4315, RFC 6851): labelled "UID FETCH", ..."""
+UID_COMMANDS = ("COPY", "EXPUNGE", "FETCH", "MOVE", "SEARCH", "SORT", "STORE", "THREAD")
+"""UID's sub-commands (RFC 3501 6.4.8, RFC 4315, RFC 6851, RFC 5256): labelled "UID FETCH",
+..."""
 
 class Logger:
     """Emits named events with fields for one ``component`` (``imap``, ``lmtp``, ...).

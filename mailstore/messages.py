@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 import orjson
 
-from . import keys
+from . import keys, sortkeys
 from .backends.base import Backend, Mutation, decode_counter, encode_counter
 from .content import ContentStore
 from .errors import Conflict, TooLarge, Unpublished
@@ -51,11 +51,14 @@ STATE = b"m:s"
 ENVELOPE = b"m:env"
 BODY = b"m:bs"
 HEADER = b"m:hdr"
+SORTKEYS = b"m:sk"
+"""SORT and THREAD keys (mailstore/sortkeys.py), computed at append; rows older than this cell
+have them computed from ``m:env`` and ``m:hdr`` when read (mailstore/sortcache.py)."""
 FLAGS = b"f:v"
 PREVIEW = b"m:pv"
 """The message's preview (RFC 8970, :mod:`mailstore.preview`); absent in rows stored before
 previews were kept."""
-PENDING_CELLS = (ENVELOPE, BODY, HEADER, FLAGS, PREVIEW)
+PENDING_CELLS = (ENVELOPE, BODY, HEADER, FLAGS, PREVIEW, SORTKEYS)
 
 SYSTEM_FLAGS = {f.lower(): f for f in ("\\Seen", "\\Answered", "\\Flagged", "\\Deleted",
                                         "\\Draft")}
@@ -366,8 +369,10 @@ class Messages:
         return uid, modseq
 
     def _pending_cells(self, stored: StoredContent, flags: Flags) -> dict[bytes, bytes]:
-        cells = {ENVELOPE: _to_json(stored.info.get("envelope")),
+        envelope = stored.info.get("envelope")
+        cells = {ENVELOPE: _to_json(envelope),
                  BODY: _to_json(stored.info.get("body")),
+                 SORTKEYS: sortkeys.encode(sortkeys.compute(envelope, stored.header)),
                  FLAGS: flags.encode()}
         if stored.header:
             cells[HEADER] = stored.header

@@ -34,6 +34,7 @@ from .messages import (
 )
 from .records import COMMITTED, DELETING, MOVING, Flags, MessageRecord, state_of
 from .schema import IMPORTS, INTENTS, create_schema
+from .sortcache import MessageKeys, SortKeyCache
 from .transfers import Transfers
 from .users import User, Users, check_quota
 
@@ -94,6 +95,7 @@ class MailStore:
         self.transfers = Transfers(backend, self.messages, self.mailboxes, self.content,
                                    self.users, clock, intent_timeout, self.changes)
         self.indexes = Indexes(backend, self.messages, self.changes)
+        self.sort_cache = SortKeyCache(self.messages)
 
     @classmethod
     def open(cls, backend_name: str, backend_options: dict, **store_options) -> MailStore:
@@ -350,6 +352,15 @@ class MailStore:
         """(UID, flags) of every visible message up to ``high_uid``, ascending, decoding
         nothing else (SEARCH on flags, and a session whose change log was trimmed)."""
         return self.messages.uid_flags(mailbox.id, high_uid)
+
+    def sort_keys(self, mailbox: Mailbox, uids: Sequence[int],
+                  present: Sequence[int] | None = None) -> dict[int, MessageKeys]:
+        """The SORT/THREAD keys (RFC 5256; :mod:`mailstore.sortkeys`) of the messages among
+        ``uids`` (ascending) that still exist, by UID.  Kept per process: only UIDs this
+        process has not read before cost a row read (:mod:`mailstore.sortcache`).
+        ``present``: every UID of the mailbox the caller knows of (lets the cache forget
+        expunged ones)."""
+        return self.sort_cache.keys(mailbox.id, uids, present)
 
     def marks(self, mailbox_ids: Sequence[bytes]) -> dict[bytes, Marks]:
         """Where each mailbox stands, in one round trip: a new message moves its UID watermark,

@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterable
 
 import orjson
 
-from . import keys
+from . import keys, sortkeys
 from .backends.base import Backend, Mutation, decode_counter, encode_counter
 from .changelog import ChangeLog
 from .content import ContentStore
@@ -37,7 +37,9 @@ from .messages import (
     ENVELOPE,
     FLAGS,
     HEADER,
+    PENDING_CELLS,
     PREVIEW,
+    SORTKEYS,
     STATE,
     SUMMARY,
     Messages,
@@ -176,6 +178,9 @@ class Transfers:
                 cells[HEADER] = view.header
             if view.preview is not None:
                 cells[PREVIEW] = encode_cell(view.preview)
+            if view.envelope is not None:
+                # The copy's SORT/THREAD keys, as its append would have stored them.
+                cells[SORTKEYS] = sortkeys.encode(sortkeys.compute(view.envelope, view.header))
             self.messages.table.put(key, cells)
             # RFC 8514: the save date is when the message came into this mailbox, the
             # internal date stays as it was (RFC 3501 6.4.7).
@@ -185,7 +190,7 @@ class Transfers:
                                    chunk_size=view.record.chunk_size, save_date=self.clock())
             if self.messages.table.check_and_put(key, STATE, None, STATE, record.encode()):
                 return uid
-            self.messages.table.delete(key, [FLAGS, ENVELOPE, BODY, HEADER, PREVIEW])
+            self.messages.table.delete(key, list(PENDING_CELLS))
             uid = self.boxes.rows.increment(target.id, UID, 1)
             modseq = self.boxes.rows.increment(target.id, MODSEQ, 1)
 

@@ -43,7 +43,8 @@ class Session:
         caps = ["IMAP4rev1", "LITERAL+", "SASL-IR", "ID", "ENABLE", "IDLE", "NAMESPACE",
                 "UIDPLUS", "MOVE", "UNSELECT", "CHILDREN", "SPECIAL-USE", "LIST-EXTENDED",
                 "LIST-STATUS", "MULTIAPPEND", "ESEARCH", "SEARCHRES", "WITHIN",
-                "CONTEXT=SEARCH", f"APPENDLIMIT={self.append_limit()}",
+                "CONTEXT=SEARCH", "SORT", "SORT=DISPLAY", "THREAD=ORDEREDSUBJECT",
+                "THREAD=REFERENCES", "ESORT", f"APPENDLIMIT={self.append_limit()}",
                 "STATUS=SIZE", "OBJECTID", "SAVEDATE", "PREVIEW"]
         if self.user is None:
             if not self.tls and self.server.tls_context is not None:

@@ -8,7 +8,8 @@
                (flag-list / (flag *(SP flag)))  ; 6.4.6
     copy     = "COPY" SP sequence-set SP mailbox          ; 6.4.7, COPYUID (RFC 4315)
     move     = "MOVE" SP sequence-set SP mailbox          ; RFC 6851
-    uid      = "UID" SP (copy / move / fetch / search / store / uid-exp)   ; 6.4.8
+    uid      = "UID" SP (copy / move / fetch / search / store / uid-exp / sort / thread)
+                                                          ; 6.4.8, RFC 5256
 """
 
 from __future__ import annotations
@@ -303,6 +304,12 @@ def uid(ctx):
     if sub == "SEARCH":
         from .search_cmd import search_command
         return search_command(ctx, uid_mode=True)
+    if sub == "SORT":
+        from .sort_cmd import sort_command
+        return sort_command(ctx, uid_mode=True)
+    if sub == "THREAD":
+        from .sort_cmd import thread_command
+        return thread_command(ctx, uid_mode=True)
     if sub == "STORE":
         return _store(ctx, uid_mode=True)
     if sub == "COPY":
