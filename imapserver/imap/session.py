@@ -4,6 +4,10 @@ from __future__ import annotations
 
 from .context import AUTH, NOT_AUTH, SELECTED
 
+QUOTA_CAPABILITIES = ("QUOTA", "QUOTA=RES-STORAGE", "QUOTA=RES-MESSAGE")
+"""RFC 9208 1, 5.1, 5.2: QUOTA and its resources (STATUS DELETED and DELETED-STORAGE come
+with them); not QUOTASET, since SETQUOTA is refused."""
+
 
 class Session:
     def __init__(self, server, conn):
@@ -41,10 +45,13 @@ class Session:
 
     def capabilities(self) -> list[str]:
         caps = ["IMAP4rev1", "LITERAL+", "SASL-IR", "ID", "ENABLE", "IDLE", "NAMESPACE",
-                "UIDPLUS", "MOVE", "UNSELECT", "CHILDREN", "SPECIAL-USE", "LIST-EXTENDED",
+                "UIDPLUS", "MOVE", "UNSELECT", "CHILDREN", "SPECIAL-USE", "CREATE-SPECIAL-USE",
+                "LIST-EXTENDED",
                 "LIST-STATUS", "MULTIAPPEND",
-                f"APPENDLIMIT={self.append_limit()}"]
-        if self.user is None:
+                f"APPENDLIMIT={self.append_limit()}", *QUOTA_CAPABILITIES]
+        if self.user is not None:
+            caps.append("UNAUTHENTICATE")  # only once there is something to undo (RFC 8437 3)
+        else:
             if not self.tls and self.server.tls_context is not None:
                 caps.append("STARTTLS")
             if self.plaintext_allowed():
@@ -59,3 +66,10 @@ class Session:
             self.server.user_logged_out(self.user)
             self.user = None
         self.selected = None
+
+    def unauthenticate(self) -> None:
+        """RFC 8437 3: back to the not authenticated state, keeping only TLS.  The selected
+        mailbox is closed without expunging, IDLE's watch dropped, ENABLEd extensions forgotten
+        (4.1), the user's session count given back."""
+        self.close()
+        self.enabled = set()
