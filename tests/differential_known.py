@@ -434,3 +434,13 @@ answers("auth-mechanism-code",
         "AUTHENTICATE with a mechanism we do not offer: NO [CANNOT] (RFC 5530: can never "
         "succeed); Dovecot uses [ALERT].",
         {"AUTHENTICATE UNKNOWN-MECH": (["tag NO [CANNOT]"], ["tag NO [ALERT]"])})
+
+
+answers("quota-root-of-unlimited-user",
+        "A user without limits has no quota root: GETQUOTAROOT answers '* QUOTAROOT mailbox' "
+        "with no root (RFC 9208 4.1.2 makes QUOTAROOT a required response; 4.2.2's example "
+        "of a mailbox without a quota root) and GETQUOTA of the root is NO [NONEXISTENT] "
+        "(4.1.1; a QUOTA response needs at least one resource, section 7). Dovecot sends no "
+        "untagged response to either and says OK.",
+        {'GETQUOTAROOT "INBOX"': (["* QUOTAROOT INBOX", "tag OK"], ["tag OK"]),
+         'GETQUOTA "User quota"': (["tag NO [NONEXISTENT]"], ["tag OK"])})

@@ -11,7 +11,7 @@ Every mailbox of a user with a limit has one quota root, :data:`ROOT` (the name 
 configurations conventionally use); a user without limits has none, so GETQUOTAROOT answers
 ``* QUOTAROOT mailbox`` and no QUOTA (the RFC's own example of a mailbox with no quota root,
 4.2.2; a QUOTA response needs at least one resource, section 7).  Resources: STORAGE in units
-of 1024 octets (5.1), rounded down as Dovecot does, and MESSAGE (5.2); a resource without a
+of 1024 octets (5.1), rounded up as Dovecot does, and MESSAGE (5.2); a resource without a
 limit is left out of the list ("not limited", 4.2.1).  Usage is the sum of the user's mailbox
 counters, the figure APPEND, COPY, delivery and import check against (mailstore.users).
 
@@ -48,11 +48,16 @@ def deleted_values(store, mailbox, items) -> dict[str, int]:
     return {"DELETED": count, "DELETED-STORAGE": octets}
 
 
+def _kib(octets: int) -> int:
+    """Octets in units of 1024, rounded up (a small message uses 1, not 0; Dovecot's way)."""
+    return -(-octets // 1024)
+
+
 def quota_list(usage: QuotaUsage) -> bytes:
     """The parenthesised resource list of a QUOTA response: STORAGE in KiB, MESSAGE."""
     items = []
     if usage.storage_limit is not None:
-        items.append(b"STORAGE %d %d" % (usage.storage_used // 1024, usage.storage_limit // 1024))
+        items.append(b"STORAGE %d %d" % (_kib(usage.storage_used), _kib(usage.storage_limit)))
     if usage.message_limit is not None:
         items.append(b"MESSAGE %d %d" % (usage.messages_used, usage.message_limit))
     return b"(" + b" ".join(items) + b")"
@@ -66,9 +71,7 @@ def quota_response(usage: QuotaUsage) -> bytes:
 @defer.inlineCallbacks
 def getquotaroot(ctx):
     ctx.expect_args(1)
-    name = decode_name(ctx.args[0])  # need not exist (RFC 9208 4.1.2)
-    if name.upper() == "INBOX":
-        name = "INBOX"
+    name = decode_name(ctx.args[0])  # need not exist (RFC 9208 4.1.2); echoed as given
     usage = yield ctx.call(ctx.store.quota, ctx.session.user)
     line = b"QUOTAROOT " + encode_name(name)
     if usage.limited:
