@@ -29,7 +29,7 @@ _OPERATION_OF_FUNCTION = {
     "_list_data": "list_mailboxes", "_recent_counts": "mailbox_status",
     "create_mailbox": "create_mailbox", "rename_mailbox": "rename_mailbox",
     "subscribe": "subscribe", "unsubscribe": "unsubscribe", "_render_batch": "fetch",
-    "_next_chunk": "read_content",
+    "_next_chunk": "read_content", "_deleted_counts": "mailbox_status", "quota": "quota",
 }
 _OPERATION_OF_COMMAND = {  # closures (``def run()``) of these commands
     "DELETE": "delete_mailbox", "STATUS": "mailbox_status", "APPEND": "append",
