@@ -198,3 +198,19 @@ def test_status_deleted_and_deleted_storage(server, connect):
     assert c.cmd("x", "EXPUNGE")[-1].startswith(b"x OK")
     assert c.cmd("st3", "STATUS INBOX (DELETED DELETED-STORAGE)")[0] == \
         b"* STATUS INBOX (DELETED 0 DELETED-STORAGE 0)"
+
+
+def test_stdlib_imaplib_reads_the_quota(server):
+    """A real client library: imaplib's getquotaroot/getquota (RFC 2087 names, which RFC 9208
+    keeps) parse our QUOTAROOT and QUOTA responses; setquota gets NO."""
+    import imaplib
+
+    with imaplib.IMAP4("127.0.0.1", server.port) as m:
+        m.login("alice", "wonderland")
+        typ, data = m.getquotaroot("INBOX")
+        assert typ == "OK"
+        assert data == [[b'INBOX "User quota"'], [b'"User quota" (STORAGE 0 10 MESSAGE 0 5)']]
+        assert m.getquota('"User quota"') == (
+            "OK", [b'"User quota" (STORAGE 0 10 MESSAGE 0 5)'])
+        typ, data = m.setquota('"User quota"', "(STORAGE 1)")
+        assert typ == "NO" and data[0].startswith(b"[NOPERM]")
