@@ -7,7 +7,9 @@ normalised; docs/differential.md lists the deliberate differences and how to add
 
 What we advertise (imapserver/imap/session.py): IMAP4rev1 LITERAL+ SASL-IR ID ENABLE IDLE
 NAMESPACE UIDPLUS MOVE UNSELECT CHILDREN SPECIAL-USE LIST-EXTENDED LIST-STATUS MULTIAPPEND
-APPENDLIMIT; all of these Dovecot advertises too except APPENDLIMIT (not compared).
+APPENDLIMIT; all of these Dovecot advertises too except APPENDLIMIT (not compared).  QUOTA
+(with QUOTA=RES-STORAGE, QUOTA=RES-MESSAGE), CREATE-SPECIAL-USE and UNAUTHENTICATE are judged
+in tests/test_differential_quota.py, against a Dovecot with its quota plugins.
 
 Scripts for the issue-11 defects are in tests/test_differential_issue11.py; \\Recent (issue 11
 case 3) is compared in every script.
