@@ -45,19 +45,19 @@ class Session:
 
     def capabilities(self) -> list[str]:
         caps = ["IMAP4rev1", "LITERAL+", "SASL-IR", "ID", "ENABLE", "IDLE", "NAMESPACE",
-                "UIDPLUS", "MOVE", "UNSELECT", "CHILDREN", "SPECIAL-USE", "CREATE-SPECIAL-USE",
-                "LIST-EXTENDED",
+                "UIDPLUS", "MOVE", "UNSELECT", "CHILDREN", "SPECIAL-USE", "LIST-EXTENDED",
                 "LIST-STATUS", "MULTIAPPEND",
-                f"APPENDLIMIT={self.append_limit()}", *QUOTA_CAPABILITIES]
-        if self.user is not None:
-            caps.append("UNAUTHENTICATE")  # only once there is something to undo (RFC 8437 3)
-        else:
+                f"APPENDLIMIT={self.append_limit()}"]
+        caps += ["CREATE-SPECIAL-USE", *QUOTA_CAPABILITIES]  # RFC 6154 3, RFC 9208
+        if self.user is None:
             if not self.tls and self.server.tls_context is not None:
                 caps.append("STARTTLS")
             if self.plaintext_allowed():
                 caps += ["AUTH=PLAIN", "AUTH=LOGIN"]
             else:
                 caps.append("LOGINDISABLED")
+        if self.user is not None:
+            caps.append("UNAUTHENTICATE")  # once there is a login to undo (RFC 8437 3 MAY)
         return caps
 
     def close(self) -> None:

@@ -1,12 +1,3 @@
 """IMAP commands, one command group to a module; importing this registers them all."""
 
-from . import (  # noqa: F401
-    auth,
-    basic,
-    fetch,
-    idle,
-    mailbox_cmds,
-    message_cmds,
-    quota,
-    search_cmd,
-)
+from . import auth, basic, fetch, idle, mailbox_cmds, message_cmds, quota, search_cmd  # noqa: F401
