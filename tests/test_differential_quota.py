@@ -17,8 +17,6 @@ non-synchronizing literals over 4096 octets.
 
 from __future__ import annotations
 
-import threading
-
 import pytest
 from differential import (
     CONFIG,
@@ -61,12 +59,12 @@ needs Dovecot's quota plugins (compared here); the rest Dovecot 2.3 lacks (see a
 class QuotaDifferential(Differential):
     """Fresh accounts with the same limits on both servers (none for ``unlimited-`` scripts)."""
 
-    def __init__(self, ours: Target, dovecot: Target, data_dir: str, server: Dovecot):
-        super().__init__(ours, dovecot)
+    def __init__(self, ours_port: int, data_dir: str, dovecot: Dovecot):
+        super().__init__(Target("ours", ours_port, self.add_ours),
+                         Target("dovecot", dovecot.port, self.add_dovecot))
         self.data_dir = data_dir
-        self.server = server
-        self.lock = threading.Lock()
-        self.limited = True
+        self.server = dovecot
+        self.limited = True  # for the accounts of the script being played
 
     def transcripts(self, script: Script):
         self.limited = not script.name.startswith("unlimited-")
@@ -84,6 +82,7 @@ class QuotaDifferential(Differential):
     def add_dovecot(self, name: str, password: str) -> None:
         self.server.add_user(name, password)
         if not self.limited:
+            # passwd-file's last field holds userdb extra fields; 0 is "no limit" to Dovecot.
             passwd = self.server.dir / "users" / name
             passwd.write_text(passwd.read_text().rstrip("\n")
                               + "userdb_quota_rule=*:storage=0:messages=0\n")
@@ -95,13 +94,10 @@ def differential(tmp_path_factory):
     conf = base / "imapserver.conf"
     conf.write_text(CONFIG)
     data_dir = str(base / "store")
-    make_users(data_dir, ("setup", PASSWORD))
+    make_users(data_dir, ("setup", PASSWORD))  # creates the store before the server opens it
     with ServerProcess(data_dir, config=str(conf)) as ours, \
             Dovecot(base / "dovecot", like_ours=True, extra_config=DOVECOT_QUOTA) as dovecot:
-        judge = QuotaDifferential(None, None, data_dir, dovecot)
-        judge.ours = Target("ours", ours.port, judge.add_ours)
-        judge.dovecot = Target("dovecot", dovecot.port, judge.add_dovecot)
-        yield judge
+        yield QuotaDifferential(ours.port, data_dir, dovecot)
 
 
 def sized(n: int, octets: int) -> bytes:
