@@ -36,7 +36,7 @@ from .records import COMMITTED, DELETING, MOVING, Flags, MessageRecord, state_of
 from .schema import IMPORTS, INTENTS, create_schema
 from .sortcache import MessageKeys, SortKeyCache
 from .transfers import Transfers
-from .users import User, Users, check_quota
+from .users import QuotaUsage, User, Users, check_quota
 
 DEFAULT_MAX_MESSAGE = 64 * 1024 * 1024
 FLAG_BATCH = 1000
@@ -139,6 +139,31 @@ class MailStore:
         if account.storage_limit is None and account.message_limit is None:
             return  # no limits: skip adding up the mailboxes
         check_quota(account, self.usage(account.name), add_bytes, add_messages)
+
+    def quota(self, user: str) -> QuotaUsage:
+        """``user``'s limits and usage (octets and messages in all their mailboxes, from the
+        mailbox counters).  The mailboxes are not added up for a user without limits: usage
+        is then reported as 0.  Raises NotFound."""
+        account = self.users.get(user)
+        if account.storage_limit is None and account.message_limit is None:
+            return QuotaUsage(0, None, 0, None)
+        used_bytes, used_messages = self.usage(account.name)
+        return QuotaUsage(used_bytes, account.storage_limit, used_messages,
+                          account.message_limit)
+
+    def deleted_usage(self, mailbox: Mailbox) -> tuple[int, int]:
+        """(messages, octets) marked \\Deleted in ``mailbox``: what EXPUNGE would free (RFC
+        9208 4.1.4, STATUS DELETED and DELETED-STORAGE).  The \\Deleted UIDs come from the
+        mailbox's index (no scan of the mailbox); their sizes from one multi-get per
+        ``FLAG_BATCH`` of them, so the cost is that of the \\Deleted messages alone."""
+        uids = list(self.indexes.open(mailbox).deleted)
+        count = octets = 0
+        for i in range(0, len(uids), FLAG_BATCH):
+            for view in self.messages.get(mailbox.id, uids[i:i + FLAG_BATCH], SUMMARY):
+                if "\\Deleted" in view.flags.names:  # as read now, not as indexed
+                    count += 1
+                    octets += view.record.size
+        return count, octets
 
     @durable
     def delete_user(self, name: str) -> None:

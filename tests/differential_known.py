@@ -472,3 +472,13 @@ def _fetches(event: Event) -> list[Response]:
     """The ``* n FETCH (...)`` responses of ``event``."""
     return [r for r in event.responses if r.kind == "data" and len(r.data) == 3
             and word(r.data[1]) == b"FETCH" and isinstance(r.data[2], list)]
+
+
+answers("quota-root-of-unlimited-user",
+        "A user without limits has no quota root: GETQUOTAROOT answers '* QUOTAROOT mailbox' "
+        "with no root (RFC 9208 4.1.2 makes QUOTAROOT a required response; 4.2.2's example "
+        "of a mailbox without a quota root) and GETQUOTA of the root is NO [NONEXISTENT] "
+        "(4.1.1; a QUOTA response needs at least one resource, section 7). Dovecot sends no "
+        "untagged response to either and says OK.",
+        {'GETQUOTAROOT "INBOX"': (["* QUOTAROOT INBOX", "tag OK"], ["tag OK"]),
+         'GETQUOTA "User quota"': (["tag NO [NONEXISTENT]"], ["tag OK"])})

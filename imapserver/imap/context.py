@@ -30,6 +30,7 @@ _OPERATION_OF_FUNCTION = {
     "create_mailbox": "create_mailbox", "rename_mailbox": "rename_mailbox",
     "subscribe": "subscribe", "unsubscribe": "unsubscribe", "_render_batch": "fetch",
     "_next_chunk": "read_content", "retest_contexts": "search",
+    "_deleted_counts": "mailbox_status", "quota": "quota",
 }
 _OPERATION_OF_COMMAND = {  # closures (``def run()``) of these commands
     "DELETE": "delete_mailbox", "STATUS": "mailbox_status", "APPEND": "append",

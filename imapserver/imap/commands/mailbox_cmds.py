@@ -2,7 +2,8 @@
 
     select      = "SELECT" SP mailbox          ; RFC 3501 6.3.1
     examine     = "EXAMINE" SP mailbox         ; 6.3.2
-    create      = "CREATE" SP mailbox          ; 6.3.3 (RFC 6154 USE is not offered)
+    create      = "CREATE" SP mailbox [SP "(" "USE" SP "(" [use-attr *(SP use-attr)] ")" ")"]
+                                               ; 6.3.3, RFC 4466 create-param, RFC 6154 3
     delete      = "DELETE" SP mailbox          ; 6.3.4
     rename      = "RENAME" SP mailbox SP mailbox                         ; 6.3.5
     subscribe   = "SUBSCRIBE" SP mailbox / "UNSUBSCRIBE" SP mailbox      ; 6.3.6, 6.3.7
@@ -38,8 +39,11 @@ from ..names import (
 from ..selected import SelectedMailbox
 from ..wire import Atom
 from .common import flags_lines
+from .quota import DELETED_ITEMS, deleted_values
+from .special_use import creatable_use
 
-STATUS_ITEMS = ("MESSAGES", "RECENT", "UIDNEXT", "UIDVALIDITY", "UNSEEN", "SIZE", "MAILBOXID")
+STATUS_ITEMS = ("MESSAGES", "RECENT", "UIDNEXT", "UIDVALIDITY", "UNSEEN", "SIZE", "MAILBOXID",
+                *DELETED_ITEMS)
 
 
 def _open(store, user: str, name: str, readonly: bool) -> SelectedMailbox:
@@ -85,11 +89,12 @@ def examine(ctx):
 @command("CREATE", AUTH, SELECTED)
 @defer.inlineCallbacks
 def create(ctx):
-    ctx.expect_args(1)
+    ctx.expect_args(1, 2)
     name = decode_name(ctx.args[0]).rstrip(DELIMITER)  # RFC 3501: a trailing delimiter is ok
+    use = creatable_use(ctx.args[1]) if len(ctx.args) == 2 else None
     if name.upper() == "INBOX":
         raise No("INBOX always exists", "ALREADYEXISTS")
-    mailbox = yield ctx.call(ctx.store.create_mailbox, ctx.session.user, name)
+    mailbox = yield ctx.call(ctx.store.create_mailbox, ctx.session.user, name, use)
     ctx.finish(b"OK", "CREATE completed", f"MAILBOXID ({mailbox_id(mailbox.id)})")
 
 
@@ -258,12 +263,17 @@ def _recent_counts(store, mailboxes, selected) -> dict[bytes, int]:
     return {m.id: _recent(store, m, selected) for m in mailboxes}
 
 
-def _status_line(mailbox, items: list[str], recent: int = 0) -> bytes:
+def _deleted_counts(store, mailboxes, items) -> dict[bytes, dict[str, int]]:
+    return {m.id: deleted_values(store, m, items) for m in mailboxes}
+
+
+def _status_line(mailbox, items: list[str], recent: int = 0,
+                 extra: dict[str, int] | None = None) -> bytes:
     # SIZE is the mailbox's size counter, which every append, copy, move and expunge keeps
     # (docs/decisions/0004; fsck repairs it): RFC 8438 asks for the sum of RFC822.SIZE.
     values = {"MESSAGES": mailbox.messages, "RECENT": recent, "UIDNEXT": mailbox.uidnext,
               "UIDVALIDITY": mailbox.uidvalidity, "UNSEEN": mailbox.unseen,
-              "SIZE": mailbox.size, "MAILBOXID": f"({mailbox_id(mailbox.id)})"}
+              "SIZE": mailbox.size, "MAILBOXID": f"({mailbox_id(mailbox.id)})", **(extra or {})}
     body = " ".join(f"{item} {values[item]}" for item in items)
     return b"STATUS " + encode_name(mailbox.name) + b" (" + body.encode() + b")"
 
@@ -277,9 +287,11 @@ def list_(ctx):
         ctx.untagged(b'LIST (\\Noselect) "/" ""')
         return
     mailboxes, subscribed = yield ctx.call(_list_data, ctx.store, ctx.session.user)
-    recents = {}
+    recents, deleted = {}, {}
     if req.status and "RECENT" in req.status:
         recents = yield ctx.call(_recent_counts, ctx.store, mailboxes, ctx.session.selected)
+    if req.status and set(req.status) & set(DELETED_ITEMS):
+        deleted = yield ctx.call(_deleted_counts, ctx.store, mailboxes, req.status)
     by_name = {m.name: m for m in mailboxes}
     names = set(by_name)
     regexes = [pattern_regex(reference, p) for p in patterns
@@ -326,7 +338,8 @@ def list_(ctx):
             line += b' ("CHILDINFO" ("SUBSCRIBED"))'
         lines.append(line)
         if req.status and mailbox is not None:
-            lines.append(_status_line(mailbox, req.status, recents.get(mailbox.id, 0)))
+            lines.append(_status_line(mailbox, req.status, recents.get(mailbox.id, 0),
+                                      deleted.get(mailbox.id)))
     for line in lines:
         ctx.untagged(line)
 
@@ -358,10 +371,11 @@ def status(ctx):
 
     def run():
         mailbox = ctx.store.mailbox(ctx.session.user, name)
-        return mailbox, _recent(ctx.store, mailbox, selected) if "RECENT" in items else 0
+        return (mailbox, _recent(ctx.store, mailbox, selected) if "RECENT" in items else 0,
+                deleted_values(ctx.store, mailbox, items))
     try:
-        mailbox, recent = yield ctx.call(run)
+        mailbox, recent, extra = yield ctx.call(run)
     except NotFound:
         raise No(f"Mailbox does not exist: {name}", "NONEXISTENT") from None
-    ctx.untagged(_status_line(mailbox, items, recent))
+    ctx.untagged(_status_line(mailbox, items, recent, extra))
 
