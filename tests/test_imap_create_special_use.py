@@ -37,8 +37,8 @@ def test_create_with_a_use(client):
     """RFC 6154 3 (its example: CREATE MySpecial (USE (\\Drafts \\Sent)) gives the attributes
     to the new mailbox): the mailbox is created with the use, shown by LIST; the attribute
     is case-insensitive."""
-    assert client.cmd("c", "CREATE Old/Archive2 (USE (\\Archive))")[-1] == \
-        b"c OK CREATE completed"
+    done = client.cmd("c", "CREATE Old/Archive2 (USE (\\Archive))")[-1]
+    assert done.startswith(b"c OK [MAILBOXID (") and done.endswith(b"CREATE completed")
     assert listing(client, "Old/Archive2") == [b'* LIST (\\HasNoChildren \\Archive) "/" '
                                                b"Old/Archive2"]
     assert client.cmd("c2", "CREATE Bin (USE (\\trash))")[-1].startswith(b"c2 OK")
