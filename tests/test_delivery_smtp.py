@@ -217,3 +217,14 @@ def test_rset_forgets_the_recipients(store, smtp):
     smtp.rset()
     smtp.sendmail("c@example.org", ["alice@example.com"], message(13))
     assert len(stored(store, "alice")) == 1 and stored(store, "bob") == []
+
+
+def test_unterminated_angle_address_is_refused_as_malformed(store, server):
+    """RFC 5321 4.1.2: a Path is "<" ... ">"; ``MAIL FROM:< `` (found by tests/test_fuzz.py)
+    is a syntax error, 501 (4.2.2), not a 500 naming a Python exception."""
+    replies = raw_session(server.ports["smtp"], [
+        b"EHLO client\r\n", b"MAIL FROM:< \r\n", b"MAIL FROM:<c@example.org>\r\n",
+        b"RCPT TO:<\r\n", b"RCPT TO:< \r\n", b"QUIT\r\n"])
+    assert [r[:9] for r in replies[-5:]] == [
+        b"501 5.1.7", b"250 OK\r\n", b"501 5.1.3", b"501 5.1.3", b"221 Bye\r\n"], replies
+
