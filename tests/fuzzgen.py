@@ -198,6 +198,13 @@ status_items = st.lists(st.sampled_from([b"MESSAGES", b"RECENT", b"UIDNEXT", b"U
                                          b"UNSEEN", b"SIZE", b"HIGHESTMODSEQ", b"DELETED",
                                          b"BOGUS"]), min_size=1, max_size=5).map(paren)
 
+# One message of an APPEND (RFC 3502 MULTIAPPEND: several in one command).
+_appended = _c(st.one_of(st.none(), flag_list.filter(lambda f: f[:1] == b"(")),
+               st.one_of(st.none(), date_time),
+               string(st.sampled_from([b"Subject: fuzz\r\n\r\nbody\r\n", b"", b"\r\n",
+                                       b"From: a@b\r\n\r\n\x00\xff\r\n.\r\n", b"x" * 300,
+                                       b"Content-Type: multipart/mixed; boundary=\"\"\r\n\r\n"
+                                       b"--\r\n\r\n----\r\n"])))
 any_state_command = st.one_of(
     st.just(b"CAPABILITY"), st.just(b"NOOP"), st.just(b"NOOP extra"),
     _c(b"ID", st.one_of(st.just(b"NIL"), st.lists(string(nil=True), max_size=6).map(paren))),
@@ -222,10 +229,7 @@ auth_command = st.one_of(
        st.sampled_from([None, b"RETURN (CHILDREN)", b"RETURN (SUBSCRIBED STATUS (MESSAGES"
                         b" UIDNEXT))", b"RETURN (STATUS ())", b"RETURN"])),
     _c(b"STATUS", mailbox, status_items),
-    _c(b"APPEND", mailbox, st.one_of(st.none(), flag_list.filter(lambda f: f[:1] == b"(")),
-       st.one_of(st.none(), date_time),
-       string(st.sampled_from([b"Subject: fuzz\r\n\r\nbody\r\n", b"", b"\r\n",
-                               b"From: a@b\r\n\r\n\x00\xff\r\n.\r\n", b"x" * 300]))),
+    _c(b"APPEND", mailbox, st.lists(_appended, min_size=1, max_size=3).map(b" ".join)),
     st.just(b"NAMESPACE"),
     _c(b"ENABLE", st.lists(st.sampled_from([b"CONDSTORE", b"QRESYNC", b"UTF8=ACCEPT",
                                             b"IMAP4rev2", b"BOGUS"]), max_size=3).map(

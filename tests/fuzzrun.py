@@ -5,6 +5,7 @@ example (:meth:`FuzzServer.imap`) a fresh connection is brought into the example
 authenticated, authenticated, selected, IDLE, mid-AUTHENTICATE), the commands are sent the way
 a client sends them -- after a synchronizing literal's announcement it waits for ``+`` and, if
 the server refuses the literal instead (``NO [TOOBIG]``, ``BAD``), does not send it -- and then
+after a line of IDLE or AUTHENTICATE it waits for ``+`` too (RFC 3501 7.5) -- and then
 a probe ends whatever the session is in (the octets a literal still owes, ``*`` for a SASL
 exchange, ``DONE`` for IDLE) and a ``NOOP`` must be answered within :data:`HANG_SECONDS`.
 
@@ -41,11 +42,15 @@ max_command_size = 4000000
 domains = example.com, localhost
 """
 LITERAL = re.compile(rb"\{(\d{1,18})(\+?)\}$")
+WAITS_FOR_CLIENT = re.compile(rb"(\S+) (?i:IDLE|AUTHENTICATE)(?: |$)")
 OUTPUT_ALARMS = re.compile(rb"Traceback|Unhandled|Internal server error|Internal error|"
                            rb"SMTP session exception|Exception in handle_exception")
 REPLY_ALARMS = re.compile(rb"Internal server error|\* BYE Internal error|^500 Error: \(")
 KNOWN: dict[str, re.Pattern] = {}
-"""Findings already being fixed elsewhere, by name: a regex over the finding's text."""
+"""Findings already being fixed elsewhere, by name: a regex over the finding's text.  Empty:
+of the defects known when this was written, ``[`` in an atom (answered BAD) is not judged
+here, and the corrupt FETCH of more than 1 MiB cannot happen (messages stay under
+``max_message_size`` = 1,000,000)."""
 SEED_MESSAGE = (b"From: Fuzz <fuzz@example.com>\r\nTo: fuzz@example.com\r\n"
                 b"Subject: seed %d\r\nMessage-ID: <%d@fuzz>\r\n"
                 b"Content-Type: multipart/mixed; boundary=b\r\n\r\n--b\r\n"
@@ -322,9 +327,8 @@ class FuzzServer:
         # The probe: what a literal still owes, a line end, "*" (ends a SASL exchange), DONE
         # (ends IDLE), then NOOP, which must be answered.  Sent again when the server is
         # waiting for the client after all: the last thing it said was a continuation request
-        # (lines sent before an AUTHENTICATE or IDLE queued behind another command had started
-        # were parsed as commands; RFC 3501 7.5 has the client wait for "+"), or a literal the
-        # sender took for refused was in fact accepted.
+        # (the fuzz input's own lines went to a SASL exchange or IDLE that began later than
+        # the sender expected), or a literal the sender took for refused was in fact accepted.
         filler = owed
         for attempt in range(3):
             if filler > 4_000_000:
@@ -344,6 +348,7 @@ class FuzzServer:
         """Send ``data`` line by line as a client would; (octets a literal still owes at the
         end, octets of refused literals not sent)."""
         pos, n, skipped = 0, len(data), 0
+        tag = None  # of the command being sent: the first word of its first line
         while pos < n:
             end = data.find(b"\n", pos)
             chunk = data[pos:] + b"\r\n" if end < 0 else data[pos:end + 1]
@@ -352,16 +357,30 @@ class FuzzServer:
             line = chunk[:-1]
             if line.endswith(b"\r"):
                 line = line[:-1]
+            if tag is None:
+                tag = line.split(b" ", 1)[0]
             m = LITERAL.search(line)
             if not m:
+                tag = None  # the command is complete
+                waits = WAITS_FOR_CLIENT.match(line)
+                if waits:  # a client sends nothing more before the "+" (RFC 3501 7.5)
+                    answers = (b"+", waits.group(1) + b" ", b"* BAD")
+                    conn.until(lambda r, answers=answers: r.startswith(answers), 2.0)
                 continue
             size = int(m.group(1))
-            if not m.group(2):  # synchronizing: wait for "+" (or a refusal)
-                answer = conn.until(lambda r: r.startswith(b"+") or b" NO " in r
-                                    or b" BAD " in r, seconds=2.0)
-                if answer is not None and not answer.startswith(b"+"):
+            if not m.group(2):
+                # Synchronizing: the server answers "+" or refuses with "<tag> NO" as soon as
+                # it reads the line (other lines may be answers to earlier commands).  A line
+                # too long is skipped, literal announcement and all.  IDLE's "* BAD", or
+                # nothing (a SASL exchange took the line), means no literal either.
+                refused = (tag + b" NO ", tag + b" BAD line too long", b"* BAD line too long",
+                           b"* BAD Expected DONE")
+                answer = conn.until(lambda r, refused=refused: r.startswith((b"+", *refused)),
+                                    seconds=2.0)
+                if answer is None or not answer.startswith(b"+"):
                     skipped += size
                     pos += size
+                    tag = None
                     continue
             take = min(size, n - pos)
             conn.send(data[pos:pos + take])
