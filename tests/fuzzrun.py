@@ -315,10 +315,10 @@ class FuzzServer:
     def _imap_exchange(self, conn: Conn, commands: list[bytes]) -> list[str]:
         owed = skipped = 0
         for i, data in enumerate(commands):
-            if owed:  # the last command's literal is short: complete it, or the framing is lost
+            if owed:  # the last command's literal is short: complete it and end the command
                 if owed > 4_000_000:
                     return []  # a client that owes megabytes may be made to wait: not judged
-                conn.send(b"x" * owed)
+                conn.send(b"x" * owed + b"\r\n")
                 owed = 0
             if data.startswith(b"T "):
                 data = b"T%d" % i + data[1:]  # distinct tags, to tell answers apart
