@@ -23,6 +23,7 @@ from ..context import SELECTED, Bad, No, command
 from ..esearch import esearch_line, result_items
 from ..search import BadCharset, answerable_from_flags, evaluate, parse_search
 from ..search_return import split_return
+from ..search_updates import noupdate_line
 
 
 @defer.inlineCallbacks
@@ -76,7 +77,7 @@ def search_command(ctx, uid_mode: bool):
     if options.update:
         if selected.contexts.full():
             # RFC 5267 4.3.1: the other options are still answered, only UPDATE is refused.
-            ctx.untagged(_noupdate(ctx.tag))
+            ctx.untagged(noupdate_line(ctx.tag))
         else:
             selected.contexts.add(ctx.tag, program, uids, matched)
 
@@ -84,11 +85,6 @@ def search_command(ctx, uid_mode: bool):
 def _mentions_saved(tokens: list) -> bool:
     """Whether ``$`` (RFC 5182) is among the search keys, at any depth."""
     return any(_mentions_saved(t) if isinstance(t, list) else t in ("$", b"$") for t in tokens)
-
-
-def _noupdate(tag: str) -> bytes:
-    """The untagged NO of RFC 5267 4.3.1 refusing the UPDATE of command ``tag``."""
-    return b'NO [NOUPDATE "' + tag.encode() + b'"] Too many update contexts'
 
 
 @command("SEARCH", SELECTED)

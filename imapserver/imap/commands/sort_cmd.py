@@ -4,6 +4,8 @@
                       search-criteria
     sort-return-opts = "RETURN" SP "(" [sort-return-opt *(SP sort-return-opt)] ")"
     sort-return-opt = "MIN" / "MAX" / "ALL" / "COUNT"         ; RFC 5267 3, as ESEARCH
+                    / "PARTIAL" SP partial-range              ; RFC 5267 4.4, RFC 9394
+                    / "CONTEXT" / "UPDATE"                    ; RFC 5267 4.2, 4.3 (CONTEXT=SORT)
     sort-criteria   = "(" sort-criterion *(SP sort-criterion) ")"
     sort-criterion  = ["REVERSE" SP] sort-key
     sort-key        = "ARRIVAL" / "CC" / "DATE" / "FROM" / "SIZE" / "SUBJECT" / "TO" /
@@ -11,6 +13,11 @@
     thread          = ["UID" SP] "THREAD" SP thread-alg SP search-criteria
     thread-alg      = "ORDEREDSUBJECT" / "REFERENCES"
     search-criteria = charset 1*(SP search-key)               ; charset is not optional here
+
+The RETURN list is parsed as SEARCH's (../search_return.py; SAVE is refused: it belongs to
+SEARCH, RFC 5182).  ``RETURN (UPDATE)`` leaves a sort context in the selection's
+:class:`SearchContexts` (../search_updates.py), the one mechanism SEARCH's contexts use, and
+CANCELUPDATE ends either kind.
 
 The messages are chosen by the SEARCH evaluator; their keys come from the store
 (:meth:`MailStore.sort_keys`, kept per process) and the order and the threads from
@@ -30,7 +37,7 @@ from twisted.internet import defer
 from mailstore import threads as mailthreads
 
 from ..context import SELECTED, Bad, No, command
-from ..esearch_render import RETURN_OPTIONS, correlated, returned_data
+from ..esearch import esearch_line, result_items
 from ..search import (
     SUPPORTED_CHARSETS,
     BadCharset,
@@ -38,6 +45,8 @@ from ..search import (
     evaluate,
     parse_search,
 )
+from ..search_return import split_return
+from ..search_updates import noupdate_line
 from ..wire import Atom
 
 THREAD_ALGORITHMS = ("ORDEREDSUBJECT", "REFERENCES")
@@ -129,42 +138,65 @@ def _numbers(uid_mode: bool, order: list[int], uids: list[int]) -> list[int]:
     return [bisect_left(uids, uid) + 1 for uid in order]
 
 
+def _sort_returns(args: list):
+    """The RETURN options of an ESORT (RFC 5267 3, 4) and the arguments after them."""
+    try:
+        options, rest = split_return(args)
+    except ValueError as exc:
+        raise Bad(str(exc)) from None
+    if options is not None and options.save:
+        raise Bad("SAVE is a SEARCH return option")  # RFC 5182 defines it for SEARCH only
+    return options, rest
+
+
 @defer.inlineCallbacks
 def sort_command(ctx, uid_mode: bool):
-    args = list(ctx.args)
-    returns = None
-    if args and isinstance(args[0], Atom) and args[0].upper() == "RETURN":
-        # RFC 5267 3: ESORT.
-        if len(args) < 2 or not isinstance(args[1], list):
-            raise Bad("RETURN needs a parenthesised list of options")
-        returns = [_word(t, "a RETURN option") for t in args[1]]
-        unknown = [r for r in returns if r not in RETURN_OPTIONS]
-        if unknown:
-            raise Bad(f"unknown RETURN option {unknown[0]}")
-        args = args[2:]
+    options, args = _sort_returns(list(ctx.args))
+    selected = ctx.session.selected
+    if options is not None and options.update and ctx.tag in selected.contexts.by_tag:
+        raise Bad("Tag reuse")  # RFC 5267 4.3: the tag names a context still updating
     if not args:
         raise Bad("SORT needs sort criteria")
     criteria = parse_criteria(args[0])
     program = _program(ctx, args[1:], uid_mode)
-    selected = ctx.session.selected
     uids = list(selected.uids)
     recent = set(selected.recent)
     mailbox = selected.mailbox
 
+    def sorted_uids(matched):
+        entries = ctx.store.sort_keys(mailbox, matched, uids)
+        return mailthreads.sort_uids(entries, matched, criteria)
+
+    def render(order):
+        """``* SORT`` as bytes, or ESORT's return data items (sent with the tag, which is
+        not part of what :func:`_answer` remembers)."""
+        numbers = _numbers(uid_mode, order, uids)
+        if options is None:
+            return b"SORT" + b"".join(b" %d" % n for n in numbers)
+        partial = None
+        if options.partial is not None:
+            partial = (options.partial_label(), options.partial_slice(numbers))
+        items = result_items(numbers, want_min=options.min, want_max=options.max,
+                             want_all=options.all, want_count=options.count, partial=partial,
+                             sorted_result=True)
+        return tuple(items)
+
     def run():
         matched = _matching(program, ctx, selected, uids, recent)
-
-        def compute() -> bytes:
-            entries = ctx.store.sort_keys(mailbox, matched, uids)
-            order = mailthreads.sort_uids(entries, matched, criteria)
-            numbers = _numbers(uid_mode, order, uids)
-            if returns is not None:
-                return returned_data(uid_mode, returns, numbers)
-            return b"SORT" + b"".join(b" %d" % n for n in numbers)
-        return _answer((mailbox.id, "SORT", tuple(criteria), tuple(returns or ()),
-                        returns is None), matched, uids, uid_mode, compute)
-    data = yield ctx.call(run)
-    ctx.untagged(data if returns is None else correlated(ctx.tag, data))
+        if options is not None and options.update:
+            # The context needs the order itself, so the remembered answers are no help.
+            order = sorted_uids(matched)
+            return render(order), order
+        return _answer((mailbox.id, "SORT", tuple(criteria), options), matched, uids,
+                       uid_mode, lambda: render(sorted_uids(matched))), None
+    data, order = yield ctx.call(run)
+    ctx.untagged(data if options is None else esearch_line(ctx.tag, uid_mode, data))
+    if order is not None:
+        if selected.contexts.full():
+            # RFC 5267 4.3.1: the other options are still answered, only UPDATE is refused.
+            ctx.untagged(noupdate_line(ctx.tag))
+        else:
+            selected.contexts.add(ctx.tag, program, uids, order, criteria)
 
 
 @defer.inlineCallbacks
