@@ -39,7 +39,7 @@ def search_command(ctx, uid_mode: bool):
         raise Bad("Tag reuse")  # RFC 5267 4.3: the tag names a context still updating
     try:
         # The saved result is looked up only when "$" is used: it may be long.
-        saved = selected.saved_uids() if _mentions_saved(rest) else []
+        saved = selected.saved_uids() if mentions_saved(rest) else []
         program = parse_search(rest, uid_mode=uid_mode, saved=saved)
     except BadCharset:
         if options is not None and options.save:
@@ -82,9 +82,9 @@ def search_command(ctx, uid_mode: bool):
             selected.contexts.add(ctx.tag, program, uids, matched)
 
 
-def _mentions_saved(tokens: list) -> bool:
+def mentions_saved(tokens: list) -> bool:
     """Whether ``$`` (RFC 5182) is among the search keys, at any depth."""
-    return any(_mentions_saved(t) if isinstance(t, list) else t in ("$", b"$") for t in tokens)
+    return any(mentions_saved(t) if isinstance(t, list) else t in ("$", b"$") for t in tokens)
 
 
 @command("SEARCH", SELECTED)

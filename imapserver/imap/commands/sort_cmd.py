@@ -14,8 +14,9 @@
     thread-alg      = "ORDEREDSUBJECT" / "REFERENCES"
     search-criteria = charset 1*(SP search-key)               ; charset is not optional here
 
-The RETURN list is parsed as SEARCH's (../search_return.py; SAVE is refused: it belongs to
-SEARCH, RFC 5182).  ``RETURN (UPDATE)`` leaves a sort context in the selection's
+The RETURN list is parsed as SEARCH's (../search_return.py).  SAVE and ``$`` (RFC 5182) work
+as in SEARCH, as Dovecot has them: MIN, MAX and PARTIAL pick from the sorted result, and what
+is saved is a set of UIDs (no order).  ``RETURN (UPDATE)`` leaves a sort context in the selection's
 :class:`SearchContexts` (../search_updates.py), the one mechanism SEARCH's contexts use, and
 CANCELUPDATE ends either kind.
 
@@ -48,6 +49,7 @@ from ..search import (
 from ..search_return import split_return
 from ..search_updates import noupdate_line
 from ..wire import Atom
+from .search_cmd import mentions_saved
 
 THREAD_ALGORITHMS = ("ORDEREDSUBJECT", "REFERENCES")
 RESULTS_KEPT = 16
@@ -111,14 +113,19 @@ def parse_criteria(tokens) -> list[tuple[str, bool]]:
     return out
 
 
-def _program(ctx, tokens: list, uid_mode: bool):
-    """The search program of ``charset 1*(SP search-key)``."""
+def _program(ctx, tokens: list, uid_mode: bool, save: bool = False):
+    """The search program of ``charset 1*(SP search-key)``; ``save``: the command has RETURN
+    (SAVE), so a NO empties the saved result (RFC 5182 2.1, as SEARCH)."""
     if len(tokens) < 2:
         raise Bad(f"{ctx.name if ctx.uid_command is None else ctx.uid_command} needs a "
                   "charset and search criteria")
+    selected = ctx.session.selected
     try:
-        return parse_search(["CHARSET", *tokens], uid_mode=uid_mode)
+        saved = selected.saved_uids() if mentions_saved(tokens) else []
+        return parse_search(["CHARSET", *tokens], uid_mode=uid_mode, saved=saved)
     except BadCharset:
+        if save:
+            selected.saved = []
         raise No("Unsupported charset",
                  "BADCHARSET (" + " ".join(SUPPORTED_CHARSETS) + ")") from None
     except ValueError as exc:
@@ -141,12 +148,9 @@ def _numbers(uid_mode: bool, order: list[int], uids: list[int]) -> list[int]:
 def _sort_returns(args: list):
     """The RETURN options of an ESORT (RFC 5267 3, 4) and the arguments after them."""
     try:
-        options, rest = split_return(args)
+        return split_return(args)
     except ValueError as exc:
         raise Bad(str(exc)) from None
-    if options is not None and options.save:
-        raise Bad("SAVE is a SEARCH return option")  # RFC 5182 defines it for SEARCH only
-    return options, rest
 
 
 @defer.inlineCallbacks
@@ -158,7 +162,8 @@ def sort_command(ctx, uid_mode: bool):
     if not args:
         raise Bad("SORT needs sort criteria")
     criteria = parse_criteria(args[0])
-    program = _program(ctx, args[1:], uid_mode)
+    save = options is not None and options.save
+    program = _program(ctx, args[1:], uid_mode, save)
     uids = list(selected.uids)
     recent = set(selected.recent)
     mailbox = selected.mailbox
@@ -183,15 +188,26 @@ def sort_command(ctx, uid_mode: bool):
 
     def run():
         matched = _matching(program, ctx, selected, uids, recent)
-        if options is not None and options.update:
-            # The context needs the order itself, so the remembered answers are no help.
+        if options is not None and (options.update or options.save):
+            # The context or SAVE needs the order itself: the remembered answers are no help.
             order = sorted_uids(matched)
             return render(order), order
         return _answer((mailbox.id, "SORT", tuple(criteria), options), matched, uids,
                        uid_mode, lambda: render(sorted_uids(matched))), None
-    data, order = yield ctx.call(run)
-    ctx.untagged(data if options is None else esearch_line(ctx.tag, uid_mode, data))
-    if order is not None:
+    try:
+        data, order = yield ctx.call(run)
+    except Exception:
+        if save:
+            selected.saved = []
+        raise
+    if options is None:
+        ctx.untagged(data)
+        return
+    if save:
+        selected.saved = sorted(options.saved_part(order))
+    if options.sends_esearch:
+        ctx.untagged(esearch_line(ctx.tag, uid_mode, data))
+    if options.update:
         if selected.contexts.full():
             # RFC 5267 4.3.1: the other options are still answered, only UPDATE is refused.
             ctx.untagged(noupdate_line(ctx.tag))
