@@ -14,7 +14,11 @@ import re
 
 import pytest
 
-from imapserver.imap.search_updates import MAX_CONTEXTS
+from imapserver.imap.search import parse_search
+from imapserver.imap.search_updates import MAX_CONTEXTS, SearchContexts, UpdateContext
+from mailstore import threads as mailthreads
+from mailstore.sortcache import MessageKeys
+from mailstore.sortkeys import SortKeys
 from tests.imapproc import Client, ServerProcess, make_users
 from tests.mailgen import message
 from tests.test_imap_esearch import (
@@ -304,3 +308,64 @@ def test_context_sort_advertised(server):
     """RFC 5267 5: CONTEXT=SORT (with ESORT, RFC 5267 3) in the capability list."""
     caps = ok(login(server.port), "C", "CAPABILITY")[0].split()
     assert b"CONTEXT=SORT" in caps and b"ESORT" in caps
+
+
+# -- the pieces ------------------------------------------------------------------------------------
+
+def keyed(count: int, seed: int) -> dict:
+    """uid -> MessageKeys with few distinct values, so that ties (RFC 5256 3) are common."""
+    rng = random.Random(seed)
+    return {uid: MessageKeys(float(rng.randint(0, 5)), rng.randint(0, 3), SortKeys(
+        rng.choice("ab"), rng.choice("xy"), "", "", "", rng.choice((None, 1.0, 2.0)),
+        rng.choice("pqr"), False, f"m{uid}", ())) for uid in range(1, count + 1)}
+
+
+@pytest.mark.parametrize("criteria", [
+    [("SUBJECT", False)], [("DATE", True)], [("SUBJECT", True), ("SIZE", False)],
+    [("ARRIVAL", False), ("FROM", True), ("SUBJECT", False)], [("SIZE", True)],
+])
+def test_insert_sorted_places_as_sort_uids_orders(criteria):
+    """RFC 5267 4.3.2 ("results are maintained in the requested order") with RFC 5256 3's
+    order: messages put into a sorted result one batch at a time end where sorting everything
+    puts them, ties by UID also under REVERSE; the keys of only O(log n) placed messages are
+    read per new message."""
+    entries = keyed(400, 7)
+    rng = random.Random(12)
+    uids = list(entries)
+    first = sorted(rng.sample(uids, 300))
+    order = mailthreads.sort_uids(entries, first, criteria)
+    rest = [u for u in uids if u not in set(first)]
+    asked: list[int] = []
+
+    def keys_of(wanted):
+        asked.extend(wanted)
+        return {u: entries[u] for u in wanted if u in entries}
+    while rest:
+        batch, rest = rest[:7], rest[7:]
+        asked.clear()
+        order = mailthreads.insert_sorted(order, batch, keys_of, criteria)
+        assert len(set(asked)) <= len(batch) * (2 + len(order).bit_length())
+    assert order == mailthreads.sort_uids(entries, uids, criteria)
+    # A new message without keys (gone) is not placed.
+    assert mailthreads.insert_sorted([1], [999], keys_of, criteria) == [1]
+
+
+def test_sort_context_survives_keys_gone_from_the_store():
+    """RFC 5267 4.3.2-4.3.4: should a placed message have no keys any more when a new one is
+    placed (expunged elsewhere, not yet seen by this session), it is removed from the result
+    with a REMOVEFROM at its position, and the new message is added where it sorts."""
+    entries = keyed(6, 3)
+    criteria = (("SUBJECT", False), ("ARRIVAL", True))
+    order = mailthreads.sort_uids(entries, [1, 2, 3, 4, 5], criteria)
+    gone = order[2]
+
+    class Store:
+        def sort_keys(self, mailbox, wanted, present=None):
+            return {u: entries[u] for u in wanted if u in entries and u != gone}
+    ctx = UpdateContext("T", parse_search(["ALL"], uid_mode=True), set(order), criteria,
+                        list(order))
+    line = SearchContexts._resort(ctx, Store(), None, [1, 2, 3, 4, 5, 6], set(), [6])
+    view = apply_updates(order, [b"* " + line], "T")
+    assert view == ctx.order == mailthreads.sort_uids(
+        entries, [u for u in range(1, 7) if u != gone], criteria)
+    assert f"REMOVEFROM (3 {gone})".encode() in line, line

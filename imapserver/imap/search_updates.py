@@ -147,7 +147,9 @@ class SearchContexts:
                 continue
             ctx.matched -= hit
             if ctx.criteria is not None:
-                lines.append(ctx.sorted_line(ctx.drop(hit, _numbering(ctx, seq_of)), []))
+                line = ctx.sorted_line(ctx.drop(hit, _numbering(ctx, seq_of)), [])
+                if line is not None:
+                    lines.append(line)
                 continue
             numbers = sorted(hit) if ctx.program.uid_mode else sorted(seq_of(u) for u in hit)
             lines.append(ctx.line(numbers, []))
@@ -185,27 +187,41 @@ class SearchContexts:
     @staticmethod
     def _resort(ctx: UpdateContext, store, mailbox, uids: list[int], removed: set[int],
                 added: list[int]) -> bytes | None:
-        """A SORT context's update: ``removed`` taken out of its order, ``added`` sorted in.
-        The keys come from the store's per-process cache (:meth:`MailStore.sort_keys`), so
-        only the new messages cost a read; the whole result is sorted again, which keeps the
-        tie-break (sequence number, RFC 5256 3) exactly as the SORT command's."""
+        """A SORT context's update: ``removed`` taken out of its order, ``added`` put in.
+
+        The new messages are placed by binary search (:func:`mailthreads.insert_sorted`),
+        reading the keys of only O(log n) placed messages each from the store's per-process
+        cache.  Should one of those have no keys any more (expunged, and dropped from the
+        cache, before this session has seen the expunge), every placed message's keys are
+        read, those without are removed now (REMOVEFROM, so the client's view stays right)
+        and the whole result is sorted again."""
         def number(uid: int) -> int:
             return uid if ctx.program.uid_mode else bisect_left(uids, uid) + 1
         dropped = ctx.drop(removed, number) if removed else []
+        if not added:
+            return ctx.sorted_line(dropped, [])
+
+        def keys_of(wanted):
+            return store.sort_keys(mailbox, wanted)
+        try:
+            order = mailthreads.insert_sorted(list(ctx.order), added, keys_of, ctx.criteria)
+        except KeyError:
+            entries = store.sort_keys(mailbox, sorted({*ctx.order, *added}), uids)
+            gone = {u for u in ctx.order if u not in entries}
+            if gone:
+                dropped += ctx.drop(gone, number)
+            order = mailthreads.sort_uids(entries, sorted({*ctx.order, *added}), ctx.criteria)
+        ctx.order = order
+        ctx.matched = set(order)  # a new message gone meanwhile has no keys: not placed
+        new = set(added)
         runs: list[tuple[int, list[int]]] = []
-        if added:
-            members = sorted(ctx.matched)
-            entries = store.sort_keys(mailbox, members, uids)
-            ctx.order = mailthreads.sort_uids(entries, members, ctx.criteria)
-            ctx.matched = set(ctx.order)  # a message gone meanwhile has no keys: not listed
-            new = set(added)
-            for pos, uid in enumerate(ctx.order, start=1):
-                if uid not in new:
-                    continue
-                if runs and runs[-1][0] + len(runs[-1][1]) == pos:
-                    runs[-1][1].append(number(uid))
-                else:
-                    runs.append((pos, [number(uid)]))
+        for pos, uid in enumerate(order, start=1):
+            if uid not in new:
+                continue
+            if runs and runs[-1][0] + len(runs[-1][1]) == pos:
+                runs[-1][1].append(number(uid))
+            else:
+                runs.append((pos, [number(uid)]))
         return ctx.sorted_line(dropped, runs)
 
 
