@@ -159,7 +159,8 @@ def test_rfc5267_sort_update_flags_and_expunge(server):
     its position, one that makes it join gives ADDTO at its place in the order (sort keys do not
     change, so it goes back where it was); an expunge gives REMOVEFROM *before* the EXPUNGE,
     numbered as the client still numbers it, and shifts every later position; SORT (not UID
-    SORT) updates carry message sequence numbers (4.3.2)."""
+    SORT) updates carry message sequence numbers (4.3.2).  The session's own STORE and EXPUNGE
+    update its contexts too."""
     c, other = login(server.port), login(server.port)
     names = ["c", "a", "e", "b", "d"]  # UIDs 1-5; by SUBJECT: 2 4 1 5 3
     box = fresh_box(c, [(subj(s, n), "") for n, s in enumerate(names, 1)])
@@ -201,6 +202,11 @@ def test_rfc5267_sort_update_flags_and_expunge(server):
     # Our own STORE updates our contexts too, with the FETCH it answers.
     lines = ok(c, "F4", "UID STORE 5 +FLAGS (\\Seen)")
     assert b'* ESEARCH (TAG "U1") UID REMOVEFROM (3 5)' in lines, lines
+    # ... and our own EXPUNGE: UID 1 (U1 now 2 1 3, position 2; sequence number 1).
+    ok(c, "F5", "UID STORE 1 +FLAGS.SILENT (\\Deleted)")
+    lines = ok(c, "F6", "EXPUNGE")
+    assert lines.index(b'* ESEARCH (TAG "U1") UID REMOVEFROM (2 1)') < \
+        lines.index(b"* 1 EXPUNGE"), lines
 
 
 def test_rfc5267_sort_contexts_share_the_search_mechanism(server):
