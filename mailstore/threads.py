@@ -15,7 +15,9 @@ Where RFC 5256 leaves a choice:
 
 from __future__ import annotations
 
+import bisect
 import contextlib
+import functools
 import gc
 import threading
 from collections.abc import Iterable, Sequence
@@ -56,6 +58,46 @@ def sort_uids(entries: dict[int, MessageKeys], uids: Sequence[int],
     for name, reverse in reversed(criteria):
         order.sort(key=_key_function(name, entries), reverse=reverse)
     return order
+
+
+def insert_sorted(order: list[int], new: Sequence[int], keys_of,
+                  criteria: Sequence[tuple[str, bool]]) -> list[int]:
+    """``order`` (in the order of ``criteria``, as :func:`sort_uids` gives it) with the UIDs
+    ``new`` put where :func:`sort_uids` would put them, in place; those without keys (gone)
+    are left out.  ``keys_of(uids)`` gives the :class:`MessageKeys` of ascending ``uids`` by
+    UID; it is asked for the new messages and for the few already placed that a binary search
+    compares them with (O(log n) each), so keeping a sorted result up to date (a CONTEXT=SORT
+    update, RFC 5267 4.3.3) costs neither a full sort nor the keys of every message.
+
+    The comparison is :func:`sort_uids`'s: criteria most significant first, REVERSE ones
+    descending, ties by UID ascending (RFC 5256 3) -- also under REVERSE."""
+    entries = _LazyKeys(keys_of)
+    entries.update(keys_of(sorted(new)))
+    functions = [(_key_function(name, entries), reverse) for name, reverse in criteria]
+
+    def compare(a: int, b: int) -> int:
+        for function, reverse in functions:
+            ka, kb = function(a), function(b)
+            if ka != kb:
+                return (1 if reverse else -1) if ka < kb else (-1 if reverse else 1)
+        return (a > b) - (a < b)
+    key = functools.cmp_to_key(compare)
+    for uid in sorted((u for u in new if u in entries), key=key):
+        bisect.insort(order, uid, key=key)
+    return order
+
+
+class _LazyKeys(dict):
+    """Keys read on first use, one message at a time, through ``keys_of``."""
+
+    def __init__(self, keys_of):
+        super().__init__()
+        self.keys_of = keys_of
+
+    def __missing__(self, uid: int) -> MessageKeys:
+        found = self.keys_of([uid])
+        self.update(found)
+        return found[uid]  # KeyError for a message gone meanwhile: it has no place
 
 
 # -- threads --------------------------------------------------------------------------------------

@@ -81,11 +81,16 @@ def test_esearch_rendering():
     """RFC 5267 3.2: ESORT's ALL lists numbers in sort order (a sequence-set, only ascending
     runs written as ranges); MIN/MAX are the first and last in that order, left out with
     COUNT 0 when nothing matched (RFC 4731 3.1)."""
-    from imapserver.imap.esearch_render import esearch, sequence_set
+    from imapserver.imap.esearch import esearch_line, result_items, sequence_set
 
-    assert sequence_set([5, 1, 2, 3, 9, 8, 7]) == b"5,1:3,9,8,7"
-    assert esearch("t1", True, ["MIN", "MAX", "COUNT", "ALL"], [4, 2, 3]) == \
-        b'ESEARCH (TAG "t1") UID MIN 4 MAX 3 ALL 4,2:3 COUNT 3'
-    assert esearch("t2", False, ["MIN", "MAX", "ALL", "COUNT"], []) == \
-        b'ESEARCH (TAG "t2") COUNT 0'
-    assert esearch("t3", False, [], [1, 2]) == b'ESEARCH (TAG "t3") ALL 1:2'
+    def esearch(tag, uid, numbers, **wanted):
+        return esearch_line(tag, uid, result_items(numbers, sorted_result=True, **wanted))
+
+    assert sequence_set([5, 1, 2, 3, 9, 8, 7], ordered=False) == "5,1:3,9,8,7"
+    assert esearch("t1", True, [4, 2, 3], want_min=True, want_max=True, want_count=True,
+                   want_all=True) == b'ESEARCH (TAG "t1") UID MIN 4 MAX 3 ALL 4,2:3 COUNT 3'
+    assert esearch("t2", False, [], want_min=True, want_max=True, want_all=True,
+                   want_count=True) == b'ESEARCH (TAG "t2") COUNT 0'
+    assert esearch("t3", False, [1, 2], want_all=True) == b'ESEARCH (TAG "t3") ALL 1:2'
+    assert esearch("t4", False, [9, 3, 4, 1], partial=("2:3", [3, 4])) == \
+        b'ESEARCH (TAG "t4") PARTIAL (2:3 3:4)'

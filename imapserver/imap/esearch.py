@@ -65,24 +65,28 @@ def esearch_line(tag: str | None, uid: bool, items: Iterable[tuple[str, str]]) -
 
 def result_items(numbers: list[int], *, want_min: bool = False, want_max: bool = False,
                  want_all: bool = False, want_count: bool = False,
-                 partial: tuple[str, list[int]] | None = None) -> list[tuple[str, str]]:
+                 partial: tuple[str, list[int]] | None = None, sorted_result: bool = False
+                 ) -> list[tuple[str, str]]:
     """The return data of a SEARCH (RFC 4731 3.1, RFC 5267 4.4) over ``numbers`` (message
     numbers or UIDs, ascending), in the order Dovecot sends them: MIN MAX ALL PARTIAL COUNT.
 
     MIN, MAX and ALL are left out when nothing matched; COUNT is always there (RFC 4731 3.1).
     ``partial`` is the requested range as it is to be echoed and the numbers in it (PARTIAL
-    with NIL when there are none).
+    with NIL when there are none).  ``sorted_result``: ``numbers`` are an ESORT result in sort
+    order (RFC 5267 3.2): MIN and MAX are its first and last, ALL and PARTIAL keep the order.
     """
     items: list[tuple[str, str]] = []
+    ordered = not sorted_result
     if want_min and numbers:
         items.append(("MIN", str(numbers[0])))
     if want_max and numbers:
         items.append(("MAX", str(numbers[-1])))
     if want_all and numbers:
-        items.append(("ALL", sequence_set(numbers)))
+        items.append(("ALL", sequence_set(numbers, ordered=ordered)))
     if partial is not None:
         label, chosen = partial
-        items.append(("PARTIAL", f"({label} {sequence_set(chosen) if chosen else 'NIL'})"))
+        shown = sequence_set(chosen, ordered=ordered) if chosen else "NIL"
+        items.append(("PARTIAL", f"({label} {shown})"))
     if want_count:
         items.append(("COUNT", str(len(numbers))))
     return items

@@ -23,6 +23,7 @@ from ..context import SELECTED, Bad, No, command
 from ..esearch import esearch_line, result_items
 from ..search import BadCharset, answerable_from_flags, evaluate, parse_search
 from ..search_return import split_return
+from ..search_updates import noupdate_line
 
 
 @defer.inlineCallbacks
@@ -38,7 +39,7 @@ def search_command(ctx, uid_mode: bool):
         raise Bad("Tag reuse")  # RFC 5267 4.3: the tag names a context still updating
     try:
         # The saved result is looked up only when "$" is used: it may be long.
-        saved = selected.saved_uids() if _mentions_saved(rest) else []
+        saved = selected.saved_uids() if mentions_saved(rest) else []
         program = parse_search(rest, uid_mode=uid_mode, saved=saved)
     except BadCharset:
         if options is not None and options.save:
@@ -76,19 +77,14 @@ def search_command(ctx, uid_mode: bool):
     if options.update:
         if selected.contexts.full():
             # RFC 5267 4.3.1: the other options are still answered, only UPDATE is refused.
-            ctx.untagged(_noupdate(ctx.tag))
+            ctx.untagged(noupdate_line(ctx.tag))
         else:
             selected.contexts.add(ctx.tag, program, uids, matched)
 
 
-def _mentions_saved(tokens: list) -> bool:
+def mentions_saved(tokens: list) -> bool:
     """Whether ``$`` (RFC 5182) is among the search keys, at any depth."""
-    return any(_mentions_saved(t) if isinstance(t, list) else t in ("$", b"$") for t in tokens)
-
-
-def _noupdate(tag: str) -> bytes:
-    """The untagged NO of RFC 5267 4.3.1 refusing the UPDATE of command ``tag``."""
-    return b'NO [NOUPDATE "' + tag.encode() + b'"] Too many update contexts'
+    return any(mentions_saved(t) if isinstance(t, list) else t in ("$", b"$") for t in tokens)
 
 
 @command("SEARCH", SELECTED)

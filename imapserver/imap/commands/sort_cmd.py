@@ -4,6 +4,8 @@
                       search-criteria
     sort-return-opts = "RETURN" SP "(" [sort-return-opt *(SP sort-return-opt)] ")"
     sort-return-opt = "MIN" / "MAX" / "ALL" / "COUNT"         ; RFC 5267 3, as ESEARCH
+                    / "PARTIAL" SP partial-range              ; RFC 5267 4.4, RFC 9394
+                    / "CONTEXT" / "UPDATE"                    ; RFC 5267 4.2, 4.3 (CONTEXT=SORT)
     sort-criteria   = "(" sort-criterion *(SP sort-criterion) ")"
     sort-criterion  = ["REVERSE" SP] sort-key
     sort-key        = "ARRIVAL" / "CC" / "DATE" / "FROM" / "SIZE" / "SUBJECT" / "TO" /
@@ -11,6 +13,12 @@
     thread          = ["UID" SP] "THREAD" SP thread-alg SP search-criteria
     thread-alg      = "ORDEREDSUBJECT" / "REFERENCES"
     search-criteria = charset 1*(SP search-key)               ; charset is not optional here
+
+The RETURN list is parsed as SEARCH's (../search_return.py).  SAVE and ``$`` (RFC 5182) work
+as in SEARCH, as Dovecot has them: MIN, MAX and PARTIAL pick from the sorted result, and what
+is saved is a set of UIDs (no order).  ``RETURN (UPDATE)`` leaves a sort context in the selection's
+:class:`SearchContexts` (../search_updates.py), the one mechanism SEARCH's contexts use, and
+CANCELUPDATE ends either kind.
 
 The messages are chosen by the SEARCH evaluator; their keys come from the store
 (:meth:`MailStore.sort_keys`, kept per process) and the order and the threads from
@@ -30,7 +38,7 @@ from twisted.internet import defer
 from mailstore import threads as mailthreads
 
 from ..context import SELECTED, Bad, No, command
-from ..esearch_render import RETURN_OPTIONS, correlated, returned_data
+from ..esearch import esearch_line, result_items
 from ..search import (
     SUPPORTED_CHARSETS,
     BadCharset,
@@ -38,7 +46,10 @@ from ..search import (
     evaluate,
     parse_search,
 )
+from ..search_return import split_return
+from ..search_updates import noupdate_line
 from ..wire import Atom
+from .search_cmd import mentions_saved
 
 THREAD_ALGORITHMS = ("ORDEREDSUBJECT", "REFERENCES")
 RESULTS_KEPT = 16
@@ -102,14 +113,19 @@ def parse_criteria(tokens) -> list[tuple[str, bool]]:
     return out
 
 
-def _program(ctx, tokens: list, uid_mode: bool):
-    """The search program of ``charset 1*(SP search-key)``."""
+def _program(ctx, tokens: list, uid_mode: bool, save: bool = False):
+    """The search program of ``charset 1*(SP search-key)``; ``save``: the command has RETURN
+    (SAVE), so a NO empties the saved result (RFC 5182 2.1, as SEARCH)."""
     if len(tokens) < 2:
         raise Bad(f"{ctx.name if ctx.uid_command is None else ctx.uid_command} needs a "
                   "charset and search criteria")
+    selected = ctx.session.selected
     try:
-        return parse_search(["CHARSET", *tokens], uid_mode=uid_mode)
+        saved = selected.saved_uids() if mentions_saved(tokens) else []
+        return parse_search(["CHARSET", *tokens], uid_mode=uid_mode, saved=saved)
     except BadCharset:
+        if save:
+            selected.saved = []
         raise No("Unsupported charset",
                  "BADCHARSET (" + " ".join(SUPPORTED_CHARSETS) + ")") from None
     except ValueError as exc:
@@ -129,42 +145,74 @@ def _numbers(uid_mode: bool, order: list[int], uids: list[int]) -> list[int]:
     return [bisect_left(uids, uid) + 1 for uid in order]
 
 
+def _sort_returns(args: list):
+    """The RETURN options of an ESORT (RFC 5267 3, 4) and the arguments after them."""
+    try:
+        return split_return(args)
+    except ValueError as exc:
+        raise Bad(str(exc)) from None
+
+
 @defer.inlineCallbacks
 def sort_command(ctx, uid_mode: bool):
-    args = list(ctx.args)
-    returns = None
-    if args and isinstance(args[0], Atom) and args[0].upper() == "RETURN":
-        # RFC 5267 3: ESORT.
-        if len(args) < 2 or not isinstance(args[1], list):
-            raise Bad("RETURN needs a parenthesised list of options")
-        returns = [_word(t, "a RETURN option") for t in args[1]]
-        unknown = [r for r in returns if r not in RETURN_OPTIONS]
-        if unknown:
-            raise Bad(f"unknown RETURN option {unknown[0]}")
-        args = args[2:]
+    options, args = _sort_returns(list(ctx.args))
+    selected = ctx.session.selected
+    if options is not None and options.update and ctx.tag in selected.contexts.by_tag:
+        raise Bad("Tag reuse")  # RFC 5267 4.3: the tag names a context still updating
     if not args:
         raise Bad("SORT needs sort criteria")
     criteria = parse_criteria(args[0])
-    program = _program(ctx, args[1:], uid_mode)
-    selected = ctx.session.selected
+    save = options is not None and options.save
+    program = _program(ctx, args[1:], uid_mode, save)
     uids = list(selected.uids)
     recent = set(selected.recent)
     mailbox = selected.mailbox
 
+    def sorted_uids(matched):
+        entries = ctx.store.sort_keys(mailbox, matched, uids)
+        return mailthreads.sort_uids(entries, matched, criteria)
+
+    def render(order):
+        """``* SORT`` as bytes, or ESORT's return data items (sent with the tag, which is
+        not part of what :func:`_answer` remembers)."""
+        numbers = _numbers(uid_mode, order, uids)
+        if options is None:
+            return b"SORT" + b"".join(b" %d" % n for n in numbers)
+        partial = None
+        if options.partial is not None:
+            partial = (options.partial_label(), options.partial_slice(numbers))
+        items = result_items(numbers, want_min=options.min, want_max=options.max,
+                             want_all=options.all, want_count=options.count, partial=partial,
+                             sorted_result=True)
+        return tuple(items)
+
     def run():
         matched = _matching(program, ctx, selected, uids, recent)
-
-        def compute() -> bytes:
-            entries = ctx.store.sort_keys(mailbox, matched, uids)
-            order = mailthreads.sort_uids(entries, matched, criteria)
-            numbers = _numbers(uid_mode, order, uids)
-            if returns is not None:
-                return returned_data(uid_mode, returns, numbers)
-            return b"SORT" + b"".join(b" %d" % n for n in numbers)
-        return _answer((mailbox.id, "SORT", tuple(criteria), tuple(returns or ()),
-                        returns is None), matched, uids, uid_mode, compute)
-    data = yield ctx.call(run)
-    ctx.untagged(data if returns is None else correlated(ctx.tag, data))
+        if options is not None and (options.update or options.save):
+            # The context or SAVE needs the order itself: the remembered answers are no help.
+            order = sorted_uids(matched)
+            return render(order), order
+        return _answer((mailbox.id, "SORT", tuple(criteria), options), matched, uids,
+                       uid_mode, lambda: render(sorted_uids(matched))), None
+    try:
+        data, order = yield ctx.call(run)
+    except Exception:
+        if save:
+            selected.saved = []
+        raise
+    if options is None:
+        ctx.untagged(data)
+        return
+    if save:
+        selected.saved = sorted(options.saved_part(order))
+    if options.sends_esearch:
+        ctx.untagged(esearch_line(ctx.tag, uid_mode, data))
+    if options.update:
+        if selected.contexts.full():
+            # RFC 5267 4.3.1: the other options are still answered, only UPDATE is refused.
+            ctx.untagged(noupdate_line(ctx.tag))
+        else:
+            selected.contexts.add(ctx.tag, program, uids, order, criteria)
 
 
 @defer.inlineCallbacks
