@@ -76,8 +76,8 @@ def trace_fields(*, sender: str, recipients: list[str], helo: str | None, peer: 
     ``sender`` is the envelope sender as received (``<>`` or empty for the null path);
     ``recipients`` the envelope recipients of the message, naming one only if there is one.
     ``peer`` is the client's IP address; ``tls`` the :func:`tls_comment` of the session, put
-    in parentheses after the source as Postfix and Dovecot do.  UTF-8 in addresses (SMTPUTF8) is written as UTF-8
-    (RFC 6532).
+    in parentheses after the source as Postfix and Dovecot do.  UTF-8 in addresses (SMTPUTF8)
+    is written as UTF-8 (RFC 6532).
     """
     when = when or datetime.datetime.now(datetime.UTC)
     path = sender if sender.startswith("<") else f"<{sender}>"
