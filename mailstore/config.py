@@ -80,6 +80,7 @@ SCHEMA: dict[str, dict[str, Key]] = {
                        ["localhost"]),
         "plus_addressing": Key(_bool, True),
         "over_quota_code": Key(_choice("452", "552"), "452"),
+        "smtp_require_starttls": Key(_bool, False),
     },
     "log": {
         "format": Key(_choice("text", "json"), "text"),

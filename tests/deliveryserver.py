@@ -97,7 +97,8 @@ class ServerProcess:
         deadline = time.monotonic() + START_TIMEOUT
         buffer = b""
         try:
-            while set(self.ports) != {"smtp", "lmtp"}:
+            # Extra listeners (``--imap-port auto``) are announced before SMTP and LMTP.
+            while not {"smtp", "lmtp"} <= set(self.ports):
                 if time.monotonic() > deadline or self.proc.poll() is not None:
                     self.stop()
                     raise RuntimeError(f"imapserver did not start: {self.stderr()}")

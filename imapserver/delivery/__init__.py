@@ -4,13 +4,15 @@
 one Twisted's asyncio reactor runs), next to IMAP.  A message is stored by
 :meth:`MailStore.deliver` in a worker thread and acknowledged only once it is committed; see
 ``handler`` for the replies, ``transaction`` for the all-or-nothing rules, ``trace`` for the
-header fields added, docs/postfix.md for feeding the store from Postfix.
+header fields added, docs/postfix.md for feeding the store from Postfix.  Both listeners offer
+STARTTLS (RFC 3207) with the IMAP certificate when one is configured; see ``protocol``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import socket
+import ssl
 
 from ..services import listen_port
 from .handler import DeliveryHandler, Settings
@@ -59,6 +61,12 @@ def start(store, cfg, reactor, loop: asyncio.AbstractEventLoop, announce) -> lis
                         plus_addressing=section["plus_addressing"],
                         over_quota_code=section["over_quota_code"])
     limit = cfg["store"]["max_message_size"]
+    # Loaded before any socket is bound: a missing or broken certificate stops start-up.
+    context = tls_context(cfg)
+    require_tls = section["smtp_require_starttls"]
+    if require_tls and context is None:
+        # aiosmtpd would silently drop the requirement without a certificate.
+        raise ValueError("[delivery] smtp_require_starttls = yes needs [imap] tls_cert")
     wanted = []
     for name, key, protocol, lmtp in (("smtp", "smtp_port", StoreSMTP, False),
                                       ("lmtp", "lmtp_port", StoreLMTP, True)):
@@ -83,7 +91,8 @@ def start(store, cfg, reactor, loop: asyncio.AbstractEventLoop, announce) -> lis
         def factory(protocol=protocol, handler=handler, connections=connections, lmtp=lmtp):
             return protocol(handler, line_length_limit=limit + 1024, connections=connections,
                             data_size_limit=limit, enable_SMTPUTF8=True,
-                            hostname=settings.hostname,
+                            hostname=settings.hostname, tls_context=context,
+                            require_starttls=require_tls and not lmtp,
                             ident=f"{'LMTP' if lmtp else 'ESMTP'} imapserver", loop=loop)
 
         # The socket already listens; create_server only starts accepting from it.
@@ -92,6 +101,22 @@ def start(store, cfg, reactor, loop: asyncio.AbstractEventLoop, announce) -> lis
         listeners.append(Listener(name, serving, bound, connections))
         announce(name, section["host"], bound)
     return listeners
+
+
+def tls_context(cfg) -> ssl.SSLContext | None:
+    """The server context for STARTTLS from ``[imap] tls_cert``/``tls_key`` (PEM; an empty
+    key means the key is in the certificate file), or None when no certificate is set.
+
+    Raises OSError or ssl.SSLError for a file that is missing, unreadable, not PEM, or a key
+    that does not match the certificate.  No client certificate is asked for: an SMTP server
+    must not require one (RFC 3207 4.1), and the store authenticates nobody at delivery.
+    """
+    cert, key = cfg["imap"]["tls_cert"], cfg["imap"]["tls_key"]
+    if not cert:
+        return None
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(cert, key or None)
+    return context
 
 
 def _listen(host: str, port: int) -> socket.socket:

@@ -48,8 +48,10 @@ class DeliveryHandler:
     async def handle_EHLO(self, server, session, envelope, hostname, responses):
         # Commands are read one after another from the stream, so pipelined ones are safe
         # (RFC 2920); an MTA such as Postfix only pipelines when it sees this.
+        # AUTH is left out: aiosmtpd offers it after STARTTLS, but nobody can log in here.
         session.host_name = hostname
-        return [*responses[:-1], "250-PIPELINING", responses[-1]]
+        offered = [r for r in responses[:-1] if not r.startswith("250-AUTH")]
+        return [*offered, "250-PIPELINING", responses[-1]]
 
     async def handle_MAIL(self, server, session, envelope, address, mail_options):
         """Refuse a reverse-path holding bytes that are not UTF-8 (RFC 5321 4.1.2, RFC 6531)."""
@@ -140,8 +142,8 @@ class DeliveryHandler:
             recipients=list(dict.fromkeys(envelope.rcpt_tos)),
             helo=session.host_name, peer=_peer_ip(session), hostname=self.settings.hostname,
             protocol=trace.protocol_keyword(self.lmtp, session.extended_smtp,
-                                            envelope.smtp_utf8),
-            delivery=delivery)
+                                            envelope.smtp_utf8, session.ssl is not None),
+            delivery=delivery, tls=trace.tls_comment(session.ssl))
         source = header + trace.crlf(envelope.original_content)
         try:
             results = await asyncio.to_thread(timed_store_call, "deliver", deliver_message,
