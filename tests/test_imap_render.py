@@ -604,7 +604,8 @@ def test_rfc822_items_are_sections():
 
 @pytest.mark.parametrize("spec", [
     b"BINARY[1.MIME]", b"BINARY[HEADER]", b"BINARY.SIZE[1]<0.2>", b"BINARY[1]<0>",
-    b"BINARY.PEEK", b"BINARY[0]", b"BODY[MIME]", b"BODY[]<5>", b"BODY[]<5.>", b"BODY[]<.5>", b"BODY[]<a.b>",
+    b"BINARY.PEEK", b"BINARY[0]", b"BODY[MIME]", b"BODY[]<5>", b"BODY[]<5.>", b"BODY[]<.5>",
+    b"BODY[]<a.b>",
     b"BODY[]<1.4294967296>", b"BODY[]x", b"BODY.PEEK", b"FLAGSX", b"(FLAGS FAST)", b"()",
     b'("FLAGS")', b"BODY.PEEKS[]", b"MODSEQ",
 ])
