@@ -7,7 +7,8 @@ Messages are read in batches (one store round trip per batch, only the columns t
 need), and each batch's responses go out in one write.  ENVELOPE, BODYSTRUCTURE and header
 fields come from data prepared once at delivery; message octets are read chunk by chunk.  A
 section over ``STREAM_ABOVE`` octets is streamed: chunks are read in the thread pool and written
-as the socket drains, so serving a 50 MB message holds a few chunks, not 50 MB.
+as the socket drains, so serving a 50 MB message holds a few chunks, not 50 MB.  BINARY items
+(RFC 3516) are built by :mod:`imapserver.imap.binary`, decoded parts streamed the same way.
 
 A message another session expunged after this one last heard (RFC 2180 4.1): its content stays
 readable for a grace period (docs/decisions/0011), so it is served as the session still
