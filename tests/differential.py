@@ -59,6 +59,13 @@ class Literal:
 
     data: bytes
     plus: bool = False
+    binary: bool = False
+    """A literal8 (``~{n}``, RFC 3516 4.3): APPEND's message with binary content."""
+
+
+def lit8(data: bytes, plus: bool = False) -> Literal:
+    """A literal8 (RFC 3516): ``~{n}`` (synchronizing) or ``~{n+}`` (RFC 7888 with it)."""
+    return Literal(data, plus=plus, binary=True)
 
 
 def lit(data: bytes) -> Literal:
@@ -181,7 +188,10 @@ def tokenize(data: bytes, i: int = 0, closing: bytes = b"") -> tuple[list, int]:
                 i += 1
             out.append(bytes(value))
             i += 1
-        elif c == b"{" and (m := re.compile(rb"\{(\d+)\+?\}\r\n").match(data, i)):
+        elif c in b"{~" and (m := re.compile(rb"~?\{(\d+)\+?\}\r\n").match(data, i)):
+            # A literal8 (RFC 3516) is a literal here: when the octets hold no NUL either form
+            # is the server's choice (Dovecot uses ~{n} for any decoded part); the octets,
+            # NUL included, are compared.
             size = int(m.group(1))
             out.append(bytes(data[m.end():m.end() + size]))
             i = m.end() + size
@@ -343,7 +353,8 @@ class Session:
         shown = [tag.decode() + " "]
         for part in command_parts(action):
             if isinstance(part, Literal):
-                data += b"{%d%s}\r\n" % (len(part.data), b"+" if part.plus else b"")
+                data += b"%s{%d%s}\r\n" % (b"~" if part.binary else b"", len(part.data),
+                                             b"+" if part.plus else b"")
                 if not part.plus:
                     if not wait:
                         raise ValueError("a synchronizing literal cannot be pipelined")
@@ -357,7 +368,8 @@ class Session:
                         if r.kind == "tagged" and r.tag == tag:
                             return "".join(shown)  # refused before the literal was sent
                 data += part.data
-                shown.append(f"{{{len(part.data)}{'+' if part.plus else ''}}}")
+                shown.append(f"{'~' if part.binary else ''}{{{len(part.data)}"
+                             f"{'+' if part.plus else ''}}}")
             else:
                 text = part.encode("latin-1") if isinstance(part, str) else part
                 data += text

@@ -482,3 +482,133 @@ answers("quota-root-of-unlimited-user",
         "untagged response to either and says OK.",
         {'GETQUOTAROOT "INBOX"': (["* QUOTAROOT INBOX", "tag OK"], ["tag OK"]),
          'GETQUOTA "User quota"': (["tag NO [NONEXISTENT]"], ["tag OK"])})
+
+
+# -- BINARY (RFC 3516): tests/test_differential_binary.py -----------------------------------------
+
+def _items(r: Response) -> dict[bytes, object]:
+    items = r.data[2]
+    return {word(items[k]).upper(): items[k + 1] for k in range(0, len(items) - 1, 2)}
+
+
+@deliberate("dovecot-unknown-cte-uid",
+            "A BINARY.SIZE (or BINARY) whose part has an encoding neither server can decode: "
+            "both end NO [UNKNOWN-CTE] (RFC 3516 4.2); Dovecot also sends a FETCH holding only "
+            "the UID for that message in a FETCH that did not ask for UIDs, we send no FETCH "
+            "for it (it has nothing asked for to carry). Dovecot's UID-only FETCH is dropped.")
+def _dovecot_unknown_cte_uid(ours: Event, dovecot: Event) -> bool:
+    a, b = _tagged(ours), _tagged(dovecot)
+    if a is None or b is None or b.code != [b"UNKNOWN-CTE"] or a.code != b.code:
+        return False
+    if "UID" in command_text(ours).upper().split():
+        return False
+    before = len(dovecot.responses)
+    dovecot.responses[:] = [r for r in dovecot.responses
+                            if not (r in _fetches(dovecot) and list(_items(r)) == [b"UID"])]
+    return len(dovecot.responses) != before
+
+
+@deliberate("binary-section-grammar",
+            "BINARY[1.MIME], BINARY[HEADER], BINARY[TEXT] and BINARY.SIZE[1]<0.2>: BAD here, "
+            "as RFC 3516 section 8 has section-binary = \"[\" [section-part] \"]\" and no partial "
+            "for BINARY.SIZE; Dovecot answers them (as BODY[] would, or ignoring the partial). "
+            "Where ours is BAD and Dovecot's OK for such an item, ours is taken.")
+def _binary_section_grammar(ours: Event, dovecot: Event) -> bool:
+    text = command_text(ours).upper()
+    if not re.search(r"BINARY(\.PEEK)?\[[0-9.]*[A-Z]|BINARY\.SIZE\[[0-9.]*\]<", text):
+        return False
+    a, b = _tagged(ours), _tagged(dovecot)
+    if a is None or b is None or a.status != b"BAD" or b.status != b"OK":
+        return False
+    dovecot.responses[:] = ours.responses
+    return True
+
+
+@deliberate("dovecot-strict-base64",
+            "A base64 part with characters outside the alphabet (spaces, '*', '!') and split "
+            "padding: decoded here, the other characters ignored (RFC 2045 6.8: 'Any characters "
+            "outside of the base64 alphabet are to be ignored'), as Python's b64decode does; "
+            "Dovecot refuses the FETCH with NO [PARSE]. Where Dovecot says NO [PARSE] to a "
+            "BINARY fetch that we answer, ours is taken.")
+def _dovecot_strict_base64(ours: Event, dovecot: Event) -> bool:
+    a, b = _tagged(ours), _tagged(dovecot)
+    if "BINARY" not in command_text(ours).upper() or a is None or b is None:
+        return False
+    if a.status != b"OK" or (b.status, b.code) != (b"NO", [b"PARSE"]):
+        return False
+    dovecot.responses[:] = ours.responses
+    return True
+
+
+@deliberate("dovecot-binary-rfc822-part",
+            "BINARY[n] of a message/rfc822 part: ours is the part's body as BODY[n] frames it "
+            "(the CRLF before the next boundary belongs to the boundary, RFC 2046 5.1.1) with "
+            "its leaves decoded, and BINARY.SIZE[n] its length; Dovecot's BINARY[n] carries "
+            "that CRLF as well and its BINARY.SIZE[n] counts something else (123 for 233 "
+            "octets sent). Where Dovecot's octets are ours plus CRLF, ours (and our size, "
+            "which equals our octets' count) are taken.")
+def _dovecot_binary_rfc822_part(ours: Event, dovecot: Event) -> bool:
+    changed = False
+    for a, b in zip(_fetches(ours), _fetches(dovecot), strict=False):
+        ia, ib = _items(a), _items(b)
+        for name, value in ia.items():
+            m = re.fullmatch(rb"BINARY\[([0-9.]+)\]", name)
+            other = ib.get(name)
+            if m is None or not isinstance(value, bytes) or other != value + b"\r\n":
+                continue
+            size = b"BINARY.SIZE[" + m.group(1) + b"]"
+            if size in ia and ia[size] != b"%d" % len(value):
+                continue
+            items = b.data[2]
+            for k in range(0, len(items) - 1, 2):
+                key = word(items[k]).upper()
+                if key == name:
+                    items[k + 1] = value
+                elif key == size and size in ia:
+                    items[k + 1] = ia[size]
+            changed = True
+    return changed
+
+
+@deliberate("binary-append-stored-as-sent",
+            "A message APPENDed as a literal8 (RFC 3516 4.3) is stored as sent: BODY[] gives its "
+            "octets back (NUL as 0x80, as for any message: a literal cannot carry NUL) with its "
+            "Content-Transfer-Encoding: binary; Dovecot re-encodes binary parts in base64 when "
+            "it stores them (so its BODY[] and RFC822.SIZE differ). BINARY[] is the same on "
+            "both. Where Dovecot's BODY[...] is ours with the binary part in base64, and its "
+            "RFC822.SIZE that message's size, ours are taken.")
+def _binary_append_stored_as_sent(ours: Event, dovecot: Event) -> bool:
+    import base64
+    changed = False
+    for a, b in zip(_fetches(ours), _fetches(dovecot), strict=False):
+        ia, ib = _items(a), _items(b)
+        body = ib.get(b"BODY[]")
+        if isinstance(body, bytes) and isinstance(ia.get(b"BODY[]"), bytes):
+            head, sep, rest = body.partition(b"\r\n\r\n")
+            try:
+                decoded = base64.b64decode(rest)
+            except ValueError:
+                continue
+            ours_body = ia[b"BODY[]"]
+            want = head.replace(b"Content-Transfer-Encoding: base64",
+                                b"Content-Transfer-Encoding: binary") + sep + decoded
+            if want.replace(b"\x00", b"\x80") != ours_body:
+                continue
+            for k in range(0, len(b.data[2]) - 1, 2):
+                key = word(b.data[2][k]).upper()
+                if key in (b"BODY[]", b"RFC822.SIZE") and key in ia:
+                    b.data[2][k + 1] = ia[key]
+            changed = True
+        for name, value in ib.items():
+            if re.fullmatch(rb"BODY\[[0-9.]+\]", name) and isinstance(value, bytes) and \
+                    isinstance(ia.get(name), bytes):
+                try:
+                    same = base64.b64decode(value).replace(b"\x00", b"\x80") == ia[name]
+                except ValueError:
+                    continue
+                if same:
+                    for k in range(0, len(b.data[2]) - 1, 2):
+                        if word(b.data[2][k]).upper() == name:
+                            b.data[2][k + 1] = ia[name]
+                    changed = True
+    return changed

@@ -342,7 +342,11 @@ def parse_fetch_item(text: str) -> FetchItem:
         return simple
     m = _SECTION_ITEM.match(text)
     if m is None:
-        raise ValueError(f"unknown FETCH item {text!r}")
+        from .binary import parse_binary_item  # it builds on this module's FetchItem
+        binary = parse_binary_item(text)
+        if binary is None:
+            raise ValueError(f"unknown FETCH item {text!r}")
+        return binary
     section = parse_section(m.group(2))
     partial = None
     name = f"BODY[{section.name}]"
@@ -364,13 +368,14 @@ def parse_fetch_item(text: str) -> FetchItem:
 def _once(items: list[FetchItem]) -> list[FetchItem]:
     """``items`` with each item that has a name of its own once, first position kept.
 
-    ``BODY[section]`` items stay as asked, repeats included: like Dovecot, we answer each
-    section asked for (``BODY[]<0.5>`` twice gives it twice); RFC 3501 7.4.2 fixes neither.
+    ``BODY[section]`` and ``BINARY[section]`` items stay as asked, repeats included: like
+    Dovecot, we answer each section asked for (``BODY[]<0.5>`` twice gives it twice); RFC
+    3501 7.4.2 fixes neither.
     """
     seen: set[str] = set()
     out: list[FetchItem] = []
     for item in items:
-        if item.kind != "BODY[]":
+        if item.kind not in ("BODY[]", "BINARY"):
             if item.name in seen:
                 continue
             seen.add(item.name)

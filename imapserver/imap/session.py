@@ -49,7 +49,7 @@ class Session:
                 "LIST-STATUS", "MULTIAPPEND", "ESEARCH", "SEARCHRES", "WITHIN",
                 "CONTEXT=SEARCH", "CONTEXT=SORT", "SORT", "SORT=DISPLAY", "THREAD=ORDEREDSUBJECT",
                 "THREAD=REFERENCES", "ESORT", f"APPENDLIMIT={self.append_limit()}",
-                "STATUS=SIZE", "OBJECTID", "SAVEDATE", "PREVIEW"]
+                "STATUS=SIZE", "OBJECTID", "SAVEDATE", "PREVIEW", "BINARY"]
         caps += ["CREATE-SPECIAL-USE", *QUOTA_CAPABILITIES]  # RFC 6154 3, RFC 9208
         if self.user is None:
             if not self.tls and self.server.tls_context is not None:

@@ -7,7 +7,8 @@ Messages are read in batches (one store round trip per batch, only the columns t
 need), and each batch's responses go out in one write.  ENVELOPE, BODYSTRUCTURE and header
 fields come from data prepared once at delivery; message octets are read chunk by chunk.  A
 section over ``STREAM_ABOVE`` octets is streamed: chunks are read in the thread pool and written
-as the socket drains, so serving a 50 MB message holds a few chunks, not 50 MB.
+as the socket drains, so serving a 50 MB message holds a few chunks, not 50 MB.  BINARY items
+(RFC 3516) are built by :mod:`imapserver.imap.binary`, decoded parts streamed the same way.
 
 A message another session expunged after this one last heard (RFC 2180 4.1): its content stays
 readable for a grace period (docs/decisions/0011), so it is served as the session still
@@ -27,6 +28,7 @@ from twisted.internet import defer
 from mailstore.errors import Expunged
 from mailstore.messages import BODY, ENVELOPE, HEADER, PREVIEW, SUMMARY
 
+from ..binary import UnknownCte, binary_literal, binary_size
 from ..context import SELECTED, Bad, No, command
 from ..object_items import OBJECT_KINDS, object_item
 from ..render import BODY as NEED_BODY
@@ -75,14 +77,15 @@ def _columns(needs: set[str]) -> list[bytes]:
 
 
 def _render_batch(store, mailbox, batch, columns, items, set_seen, seq_of, own,
-                  recent=frozenset(), shown=None):
+                  recent=frozenset(), shown=None, unknown_cte=None):
     """Read one batch and build its responses (runs in a worker thread).
 
     Returns (responses, gone): responses as (sequence number, segments), each segment bytes
     or a Stream to be pulled; ``gone`` the number of messages left out because their content
     was released and deleted under us (expunged elsewhere: errors.Expunged).  ``recent``:
     the UIDs that are \\Recent in this session (their FLAGS say so).  ``shown`` (a set)
-    collects the flags the responses show.
+    collects the flags the responses show; ``unknown_cte`` (a list) the UIDs whose BINARY
+    items were left out for an encoding that cannot be undone (RFC 3516 4.2).
     """
     shown = set() if shown is None else shown
     views = store.fetch(mailbox, batch, columns)
@@ -124,6 +127,20 @@ def _render_batch(store, mailbox, batch, columns, items, set_seen, seq_of, own,
             elif kind in ("BODY", "BODYSTRUCTURE"):
                 parts.append(kind.encode() + b" " +
                              bodystructure(view.body, extended=kind == "BODYSTRUCTURE"))
+            elif kind in ("BINARY", "BINARY.SIZE"):
+                if reader is None:
+                    reader = store.open_message(view)
+                try:
+                    if kind == "BINARY.SIZE":
+                        parts.append(binary_size(view, item, lambda r=reader: r))
+                    else:
+                        parts.append(_literal(*binary_literal(view, item, lambda r=reader: r)))
+                except UnknownCte:
+                    if unknown_cte is not None:
+                        unknown_cte.append(view.uid)
+                except Expunged:
+                    lost = True
+                    break
             elif kind in OBJECT_KINDS:
                 try:
                     parts.append(object_item(store, mailbox, view, item))
@@ -149,7 +166,8 @@ def _render_batch(store, mailbox, batch, columns, items, set_seen, seq_of, own,
         if view.uid in seen_now and not wrote_flags:
             parts.append(b"FLAGS " + flags_list(view.flags.names, view.uid in recent))
             shown.update(view.flags.names)
-        responses.append((seq, parts))
+        if parts:  # empty when its only items failed (UNKNOWN-CTE): msg-att needs one
+            responses.append((seq, parts))
     return responses, gone
 
 
@@ -194,6 +212,7 @@ def fetch_command(ctx, uid_mode: bool):
     columns = _columns(needs)
     step = CONTENT_BATCH if CONTENT in needs else BATCH
     gone = 0
+    unknown_cte: list[int] = []
     for start in range(0, len(uids), step):
         if ctx.conn.closed or ctx.conn.closing:
             return  # the connection went (or is going) away: nothing more can be sent
@@ -201,7 +220,8 @@ def fetch_command(ctx, uid_mode: bool):
         shown: set[str] = set()
         responses, lost = yield ctx.call(_render_batch, ctx.store, selected.mailbox, batch,
                                          columns, items, set_seen, selected.seq_of,
-                                         selected.note_own_flags, selected.recent, shown)
+                                         selected.note_own_flags, selected.recent, shown,
+                                         unknown_cte)
         gone += lost
         # RFC 3501 7.2.6: a keyword the client was not told of is announced before the FETCH
         # that shows it (one another session set since our last refresh, say).
@@ -214,6 +234,9 @@ def fetch_command(ctx, uid_mode: bool):
             yield _stream(ctx, seq, parts)
         ctx.flush()
         yield ctx.conn.wait_writable()  # the client reads a batch before the next is built
+    if unknown_cte:
+        # RFC 3516 4.2: the rest was served, the parts that could not be decoded were not.
+        raise No("Unknown Content-Transfer-Encoding", "UNKNOWN-CTE")
     if gone:
         # RFC 2180 4.1.2: the rest was served; RFC 9051 7.1 names the reason.
         raise No("Some of the requested messages no longer exist", "EXPUNGEISSUED")
