@@ -80,6 +80,9 @@ class CommandContext:
         self.uid_command = str(args[0]).upper() if name == "UID" and args else None
         self.out: list[bytes] = []
         self.finished = False
+        # A code for the tagged OK whoever sends it (RFC 7162 3.2.10: HIGHESTMODSEQ after
+        # VANISHED), unless the command gives its own.
+        self.ok_code: str | None = None
 
     def untagged(self, line: bytes) -> None:
         self.out.append(b"* " + line)
@@ -109,6 +112,8 @@ class CommandContext:
         if self.finished:
             return
         self.finished = True
+        if code is None and status == b"OK":
+            code = self.ok_code
         line = self.tag.encode() + b" " + status + b" "
         if code:
             line += b"[" + code.encode() + b"] "

@@ -41,12 +41,14 @@ class Changes:
     """What a refresh found, in the order RFC 3501 wants it reported."""
 
     expunged_seqs: list[int] = field(default_factory=list)  # descending, current numbering
+    expunged_uids: list[int] = field(default_factory=list)  # the same messages' UIDs
     exists: int | None = None
     recent: int | None = None  # the session's \Recent count, when it changed (RFC 3501 7.3.2)
     flags: list[tuple[int, int, frozenset[str], int]] = field(default_factory=list)
     # (seq, uid, flags, modseq)
     recent_uids: set[int] = field(default_factory=set)  # those of ``flags`` that are \Recent
     keywords: list[str] | None = None  # every keyword announced, when some are new (7.2.6)
+    highest: int | None = None  # HIGHESTMODSEQ as of this refresh, if the session wants it
 
     def __bool__(self) -> bool:
         return bool(self.expunged_seqs or self.exists is not None or self.recent is not None
@@ -69,6 +71,9 @@ class SelectedMailbox:
         # Keywords the client was told of in an untagged FLAGS: RFC 3501 7.2.6 lets a FETCH
         # show no others, so a new one is announced first (new_keywords).
         self.announced: set[str] = set()
+        # CONDSTORE/QRESYNC enabled in the session (RFC 7162 3.1, 3.2.3): refreshes then work
+        # out HIGHESTMODSEQ too, and store the point it comes from (modseqs.py).
+        self.modseqs = False
 
     # -- opening ----------------------------------------------------------------------------
 
@@ -191,7 +196,14 @@ class SelectedMailbox:
         changes = self._look()
         self._take_recent(known)
         self._recent_changes(changes)
+        if self.modseqs:
+            changes.highest = self.highest_modseq()
         return changes
+
+    def highest_modseq(self) -> int:
+        """HIGHESTMODSEQ as this session sees the mailbox (RFC 7162 3.1.2.1: no change with a
+        lower MODSEQ is still to come), its point stored for a resync elsewhere."""
+        return self.store.highest_modseq(self.mailbox, self.index.marks, keep=True)
 
     def _look(self) -> Changes:
         changes = Changes()
@@ -203,6 +215,7 @@ class SelectedMailbox:
         gone = {u for u in delta.gone if index.seq_of(u) is not None}
         if gone:
             changes.expunged_seqs = self._seqs_descending(gone)
+            changes.expunged_uids = sorted(gone, reverse=True)
             index.remove(gone)
             self.recent -= gone
         last = index.uids[-1] if index.uids else 0
@@ -231,6 +244,7 @@ class SelectedMailbox:
             current[uid] = flags
         gone = {u for u in old.uids if u not in current}
         changes.expunged_seqs = self._seqs_descending(gone)
+        changes.expunged_uids = sorted(gone, reverse=True)
         old.remove(gone)
         self.recent -= gone
         last = old.uids[-1] if old.uids else 0
@@ -268,11 +282,12 @@ class SelectedMailbox:
             if self.index.seq_of(uid) is not None:
                 self.index.note_flags(uid, flags)
 
-    def forget(self, uids: list[int]) -> list[int]:
+    def forget(self, uids: list[int]) -> tuple[list[int], list[int]]:
         """Remove expunged UIDs this session itself expunged; returns their sequence numbers,
-        descending (the order EXPUNGE responses must use)."""
+        descending (the order EXPUNGE responses must use), and their UIDs in the same order
+        (for VANISHED, RFC 7162 3.2.10)."""
         gone = {u for u in uids if self.index.seq_of(u) is not None}
         seqs = self._seqs_descending(gone)
         self.index.remove(gone)
         self.recent -= gone
-        return seqs
+        return seqs, sorted(gone, reverse=True)

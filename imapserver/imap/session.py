@@ -42,7 +42,7 @@ class Session:
     def capabilities(self) -> list[str]:
         caps = ["IMAP4rev1", "LITERAL+", "SASL-IR", "ID", "ENABLE", "IDLE", "NAMESPACE",
                 "UIDPLUS", "MOVE", "UNSELECT", "CHILDREN", "SPECIAL-USE", "LIST-EXTENDED",
-                "LIST-STATUS", "MULTIAPPEND",
+                "LIST-STATUS", "MULTIAPPEND", "CONDSTORE", "QRESYNC",
                 f"APPENDLIMIT={self.append_limit()}"]
         if self.user is None:
             if not self.tls and self.server.tls_context is not None:

@@ -1,7 +1,16 @@
-"""FETCH (RFC 3501 6.4.5, 7.4.2) and UID FETCH (6.4.8).
+r"""FETCH (RFC 3501 6.4.5, 7.4.2) and UID FETCH (6.4.8).
 
     fetch = "FETCH" SP sequence-set SP ("ALL" / "FULL" / "FAST" / fetch-att /
-            "(" fetch-att *(SP fetch-att) ")")
+            "(" fetch-att *(SP fetch-att) ")") [SP "(" fetch-modifier *(SP fetch-modifier) ")"]
+    fetch-att =/ "MODSEQ"                                               ; RFC 7162 3.1.4.2
+    fetch-modifier = "CHANGEDSINCE" SP mod-sequence-valzer              ; RFC 7162 3.1.4.1
+                   / "VANISHED"                       ; UID FETCH under QRESYNC, RFC 7162 3.2.6
+
+CHANGEDSINCE leaves out the messages whose MODSEQ is not above its value and adds MODSEQ to
+the items; VANISHED first reports, as ``VANISHED (EARLIER)``, the UIDs of the set expunged
+after it (mailstore/modseqs.py; a superset past the change log's retention, docs/decisions/
+0012).  Once CONDSTORE is enabled, a FETCH that sets \Seen also shows the new MODSEQ; once
+QRESYNC is, every FETCH response carries the UID (RFC 7162 3.1.4.1, 3.2.4).
 
 Messages are read in batches (one store round trip per batch, only the columns the items
 need), and each batch's responses go out in one write.  ENVELOPE, BODYSTRUCTURE and header
@@ -28,12 +37,22 @@ from mailstore.errors import Expunged
 from mailstore.messages import BODY, ENVELOPE, HEADER, SUMMARY
 
 from ..context import SELECTED, Bad, No, command
+from ..qresync import missing, ranges_text
 from ..render import BODY as NEED_BODY
 from ..render import CONTENT, bodystructure, envelope, internaldate, parse_fetch_items
 from ..render import ENVELOPE as NEED_ENVELOPE
 from ..render import HEADER as NEED_HEADER
 from ..sections import iter_section, resolve
-from .common import announce_keywords, flags_list
+from ..seqset import SeqSet, parse_seqset
+from .common import (
+    announce_keywords,
+    enable_condstore,
+    flags_list,
+    modseq_item,
+    modseq_modes,
+    parse_modseq,
+    vanished_line,
+)
 from .message_cmds import resolve as resolve_set
 
 BATCH = 200
@@ -70,7 +89,7 @@ def _columns(needs: set[str]) -> list[bytes]:
 
 
 def _render_batch(store, mailbox, batch, columns, items, set_seen, seq_of, own,
-                  recent=frozenset(), shown=None):
+                  recent=frozenset(), shown=None, changed_since=None, seen_modseq=False):
     """Read one batch and build its responses (runs in a worker thread).
 
     Returns (responses, gone): responses as (sequence number, segments), each segment bytes
@@ -98,6 +117,8 @@ def _render_batch(store, mailbox, batch, columns, items, set_seen, seq_of, own,
         seq = seq_of(view.uid)
         if seq is None:
             continue
+        if changed_since is not None and view.modseq <= changed_since:
+            continue  # RFC 7162 3.1.4.1
         parts: list = []
         reader = None
         wrote_flags = False
@@ -112,6 +133,8 @@ def _render_batch(store, mailbox, batch, columns, items, set_seen, seq_of, own,
                 wrote_flags = True
             elif kind == "INTERNALDATE":
                 parts.append(b"INTERNALDATE " + internaldate(view.record.internal_date))
+            elif kind == "MODSEQ":
+                parts.append(modseq_item(view.modseq))
             elif kind == "RFC822.SIZE":
                 parts.append(b"RFC822.SIZE %d" % view.record.size)
             elif kind == "ENVELOPE":
@@ -138,6 +161,9 @@ def _render_batch(store, mailbox, batch, columns, items, set_seen, seq_of, own,
         if view.uid in seen_now and not wrote_flags:
             parts.append(b"FLAGS " + flags_list(view.flags.names, view.uid in recent))
             shown.update(view.flags.names)
+        if view.uid in seen_now and seen_modseq:
+            # CONDSTORE enabled: the \Seen this FETCH set has a new MODSEQ (RFC 7162 3.1.4.1).
+            parts.append(modseq_item(view.modseq))
         responses.append((seq, parts))
     return responses, gone
 
@@ -156,19 +182,73 @@ def _next_chunk(chunks):
     return next(chunks, None)
 
 
+def _modifiers(ctx, uid_mode: bool) -> tuple[int | None, bool]:
+    """(CHANGEDSINCE value or None, VANISHED) from FETCH's optional modifier list."""
+    if len(ctx.args) < 3:
+        return None, False
+    mods = ctx.args[2]
+    if not isinstance(mods, list) or not mods:
+        raise Bad("FETCH modifiers must be a parenthesized list")
+    since, vanished = None, False
+    i = 0
+    while i < len(mods):
+        word = str(mods[i]).upper()
+        if word == "CHANGEDSINCE" and i + 1 < len(mods):
+            since = parse_modseq(mods[i + 1], zero=True)
+            i += 2
+        elif word == "VANISHED" and uid_mode:
+            vanished = True
+            i += 1
+        else:
+            raise Bad(f"Unknown FETCH modifier {mods[i]!s}")
+    if vanished:
+        # RFC 7162 3.2.6: only with CHANGEDSINCE, only once QRESYNC is enabled.
+        if "QRESYNC" not in ctx.session.enabled:
+            raise Bad("VANISHED needs QRESYNC enabled first")
+        if since is None:
+            raise Bad("VANISHED used without CHANGEDSINCE")
+    return since, vanished
+
+
+def _vanished(store, selected, uids_text: str, since: int) -> bytes | None:
+    """``VANISHED (EARLIER)`` for the UIDs of a UID FETCH set expunged after ``since``
+    (RFC 7162 3.2.6), "*" standing for the highest UID the session knows."""
+    top = selected.known_visible
+    ranges = [(top if a is None else a, top if b is None else b)
+              for a, b in parse_seqset(uids_text).ranges]
+    changes = store.since_modseq(selected.mailbox, since, selected.index)
+    if changes.vanished is None:
+        gone = missing(SeqSet(tuple(ranges)), selected.uids, top)
+        return b"VANISHED (EARLIER) " + ranges_text(gone).encode() if gone else None
+    wanted = [u for u in changes.vanished if any(min(r) <= u <= max(r) for r in ranges)]
+    return vanished_line(wanted, earlier=True) if wanted else None
+
+
 @defer.inlineCallbacks
 def fetch_command(ctx, uid_mode: bool):
-    ctx.expect_args(2)
+    ctx.expect_args(2, 3)
     selected = ctx.session.selected
     uids = resolve_set(ctx, ctx.args[0], uid_mode)
     try:
         items = parse_fetch_items(ctx.args[1])
     except ValueError as exc:
         raise Bad(str(exc)) from None
-    if uid_mode and not any(i.kind == "UID" for i in items):
-        # RFC 3501 6.4.8: UID FETCH responses always carry the UID.
-        from ..render import parse_fetch_item
+    changed_since, vanished = _modifiers(ctx, uid_mode)
+    from ..render import parse_fetch_item
+    if changed_since is not None or any(i.kind == "MODSEQ" for i in items):
+        enable_condstore(ctx)  # RFC 7162 3.1: CONDSTORE-enabling
+        if not any(i.kind == "MODSEQ" for i in items):
+            items = [*items, parse_fetch_item("MODSEQ")]
+    condstore, qresync = modseq_modes(ctx.session)
+    if (uid_mode or qresync) and not any(i.kind == "UID" for i in items):
+        # RFC 3501 6.4.8: UID FETCH responses always carry the UID; RFC 7162 3.2.4: every
+        # FETCH once QRESYNC is enabled.
         items = [parse_fetch_item("UID"), *items]
+    if vanished:
+        text = str(ctx.args[0]) if not isinstance(ctx.args[0], bytes) else ctx.args[0].decode()
+        line = yield ctx.call(_vanished, ctx.store, selected, text, changed_since)
+        if line is not None:
+            ctx.untagged(line)
     needs: set[str] = set()
     for item in items:
         needs |= item.needs
@@ -183,7 +263,10 @@ def fetch_command(ctx, uid_mode: bool):
         shown: set[str] = set()
         responses, lost = yield ctx.call(_render_batch, ctx.store, selected.mailbox, batch,
                                          columns, items, set_seen, selected.seq_of,
-                                         selected.note_own_flags, selected.recent, shown)
+                                         selected.note_own_flags, selected.recent, shown,
+                                         changed_since,
+                                         condstore and not any(i.kind == "MODSEQ"
+                                                               for i in items))
         gone += lost
         # RFC 3501 7.2.6: a keyword the client was not told of is announced before the FETCH
         # that shows it (one another session set since our last refresh, say).

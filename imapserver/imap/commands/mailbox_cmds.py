@@ -1,7 +1,9 @@
 """Mailbox commands.
 
-    select      = "SELECT" SP mailbox          ; RFC 3501 6.3.1
-    examine     = "EXAMINE" SP mailbox         ; 6.3.2
+    select      = "SELECT" SP mailbox [SP "(" select-param *(SP select-param) ")"]
+                                               ; RFC 3501 6.3.1, RFC 4466 2.1, RFC 7162
+                                               ; (select-param: ../qresync.py)
+    examine     = "EXAMINE" SP mailbox [...]   ; 6.3.2, as SELECT
     create      = "CREATE" SP mailbox          ; 6.3.3 (RFC 6154 USE is not offered)
     delete      = "DELETE" SP mailbox          ; 6.3.4
     rename      = "RENAME" SP mailbox SP mailbox                         ; 6.3.5
@@ -31,28 +33,72 @@ from ..names import (
     pattern_regex,
     recursive_match_parents,
 )
+from ..qresync import in_set, missing, parse_select_params, ranges_text
 from ..selected import SelectedMailbox
 from ..wire import Atom
-from .common import flags_lines
+from .common import (
+    enable_condstore,
+    flags_lines,
+    flags_list,
+    modseq_item,
+    modseq_modes,
+    vanished_line,
+)
 
-STATUS_ITEMS = ("MESSAGES", "RECENT", "UIDNEXT", "UIDVALIDITY", "UNSEEN")
+STATUS_ITEMS = ("MESSAGES", "RECENT", "UIDNEXT", "UIDVALIDITY", "UNSEEN", "HIGHESTMODSEQ")
 
 
-def _open(store, user: str, name: str, readonly: bool) -> SelectedMailbox:
+def _open(store, user: str, name: str, readonly: bool, modseqs: bool = False,
+          qresync=None) -> tuple[SelectedMailbox, int, list[bytes]]:
+    """Open the mailbox: the session's view, its HIGHESTMODSEQ (RFC 7162 3.1.2.1) and, for a
+    QRESYNC SELECT whose UIDVALIDITY still holds, the VANISHED (EARLIER) and FETCH responses
+    that resync the client (3.2.5.2)."""
     mailbox = store.mailbox(user, name)
     selected = SelectedMailbox(store, mailbox, readonly)
     selected.load()
-    return selected
+    selected.modseqs = modseqs
+    highest = selected.highest_modseq()
+    lines: list[bytes] = []
+    if qresync is not None and qresync[0] == mailbox.uidvalidity:
+        _uidvalidity, modseq, known = qresync
+        since = store.since_modseq(mailbox, modseq, selected.index)
+        if since.vanished is None:
+            gone = missing(known, selected.uids, selected.known_visible)
+            if gone:
+                lines.append(b"VANISHED (EARLIER) " + ranges_text(gone).encode())
+        else:
+            gone_uids = [u for u in since.vanished if in_set(known, u)]
+            if gone_uids:
+                lines.append(vanished_line(gone_uids, earlier=True))
+        for uid, flags in since.changed:
+            seq = selected.seq_of(uid)
+            if seq is not None:
+                lines.append(b"%d FETCH (UID %d FLAGS %s %s)" % (
+                    seq, uid, flags_list(flags.names, uid in selected.recent),
+                    modseq_item(flags.modseq)))
+    return selected, highest, lines
 
 
 @defer.inlineCallbacks
 def _select(ctx, readonly: bool):
-    ctx.expect_args(1)
+    if not ctx.args:
+        raise Bad(f"{ctx.name} takes a mailbox name")
     name = decode_name(ctx.args[0])
-    # RFC 3501 6.3.1: a failed SELECT leaves no mailbox selected.
+    # RFC 3501 6.3.1: a failed SELECT leaves no mailbox selected.  RFC 7162 3.2.11: what
+    # follows [CLOSED] is about the new mailbox (sent, as by Dovecot, before the parameters
+    # are even looked at, and whether QRESYNC is enabled or not).
     ctx.server.watchers.unwatch(ctx.session)
+    if ctx.session.selected is not None:
+        ctx.untagged(b"OK [CLOSED] Previous mailbox closed")
     ctx.session.selected = None
-    selected = yield ctx.call(_open, ctx.store, ctx.session.user, name, readonly)
+    params = parse_select_params(ctx.args[1:])
+    if params.qresync and "QRESYNC" not in ctx.session.enabled:
+        raise Bad("QRESYNC must be enabled first (RFC 7162 3.2.5)")
+    if params.condstore:
+        enable_condstore(ctx)
+    condstore, _ = modseq_modes(ctx.session)
+    selected, highest, resync = yield ctx.call(_open, ctx.store, ctx.session.user, name,
+                                               readonly, condstore, params.qresync)
     ctx.session.selected = selected
     for line in flags_lines(sorted(selected.announced), readonly):
         ctx.untagged(line)
@@ -64,6 +110,10 @@ def _select(ctx, readonly: bool):
     # The mailbox row was read before the index: a message may have arrived in between.
     uidnext = max(selected.mailbox.uidnext, selected.index.marks.visible + 1)
     ctx.untagged(b"OK [UIDNEXT %d] Predicted next UID" % uidnext)
+    # RFC 7162 3.1.2.1: on every SELECT and EXAMINE, CONDSTORE enabled or not.
+    ctx.untagged(b"OK [HIGHESTMODSEQ %d] Highest" % highest)
+    for line in resync:
+        ctx.untagged(line)
     ctx.finish(b"OK", f"{ctx.name} completed", "READ-ONLY" if readonly else "READ-WRITE")
 
 
@@ -252,9 +302,14 @@ def _recent_counts(store, mailboxes, selected) -> dict[bytes, int]:
     return {m.id: _recent(store, m, selected) for m in mailboxes}
 
 
-def _status_line(mailbox, items: list[str], recent: int = 0) -> bytes:
+def _highests(store, mailboxes) -> dict[bytes, int]:
+    return {m.id: store.highest_modseq(m) for m in mailboxes}
+
+
+def _status_line(mailbox, items: list[str], recent: int = 0, highest: int = 0) -> bytes:
     values = {"MESSAGES": mailbox.messages, "RECENT": recent, "UIDNEXT": mailbox.uidnext,
-              "UIDVALIDITY": mailbox.uidvalidity, "UNSEEN": mailbox.unseen}
+              "UIDVALIDITY": mailbox.uidvalidity, "UNSEEN": mailbox.unseen,
+              "HIGHESTMODSEQ": highest}
     body = " ".join(f"{item} {values[item]}" for item in items)
     return b"STATUS " + encode_name(mailbox.name) + b" (" + body.encode() + b")"
 
@@ -271,6 +326,10 @@ def list_(ctx):
     recents = {}
     if req.status and "RECENT" in req.status:
         recents = yield ctx.call(_recent_counts, ctx.store, mailboxes, ctx.session.selected)
+    highests = {}
+    if req.status and "HIGHESTMODSEQ" in req.status:
+        enable_condstore(ctx)
+        highests = yield ctx.call(_highests, ctx.store, mailboxes)
     by_name = {m.name: m for m in mailboxes}
     names = set(by_name)
     regexes = [pattern_regex(reference, p) for p in patterns
@@ -317,7 +376,8 @@ def list_(ctx):
             line += b' ("CHILDINFO" ("SUBSCRIBED"))'
         lines.append(line)
         if req.status and mailbox is not None:
-            lines.append(_status_line(mailbox, req.status, recents.get(mailbox.id, 0)))
+            lines.append(_status_line(mailbox, req.status, recents.get(mailbox.id, 0),
+                                      highests.get(mailbox.id, 0)))
     for line in lines:
         ctx.untagged(line)
 
@@ -347,12 +407,17 @@ def status(ctx):
     items = _status_items(ctx.args[1])
     selected = ctx.session.selected
 
+    if "HIGHESTMODSEQ" in items:
+        enable_condstore(ctx)  # RFC 7162 3.1: a CONDSTORE-enabling command
+
     def run():
         mailbox = ctx.store.mailbox(ctx.session.user, name)
-        return mailbox, _recent(ctx.store, mailbox, selected) if "RECENT" in items else 0
+        recent = _recent(ctx.store, mailbox, selected) if "RECENT" in items else 0
+        highest = ctx.store.highest_modseq(mailbox) if "HIGHESTMODSEQ" in items else 0
+        return mailbox, recent, highest
     try:
-        mailbox, recent = yield ctx.call(run)
+        mailbox, recent, highest = yield ctx.call(run)
     except NotFound:
         raise No(f"Mailbox does not exist: {name}", "NONEXISTENT") from None
-    ctx.untagged(_status_line(mailbox, items, recent))
+    ctx.untagged(_status_line(mailbox, items, recent, highest))
 
