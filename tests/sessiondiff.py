@@ -13,8 +13,11 @@ must agree between servers: each response, in order, without what may legitimate
   server's choice; checked by its own tests);
 * ``UID n`` in FETCH responses to commands other than UID commands: we name the UID in every
   unsolicited FETCH, Dovecot only when asked (RFC 3501 7.4.2 allows either);
-* ``* OK [CLOSED]``, which Dovecot sends on SELECT with a mailbox already selected (RFC 7162
-  3.2.11) and we, not offering QRESYNC, do not.
+* ``* OK [CLOSED]`` (RFC 7162 3.2.11), which both servers send on SELECT with a mailbox
+  already selected (compared in tests/test_differential_condstore.py);
+* ``* OK [HIGHESTMODSEQ n]`` at SELECT/EXAMINE: RFC 7162 3.1.2.1 wants it on every one, and
+  we send it; Dovecot only once some client used CONDSTORE on the mailbox (and its values are
+  its own).
 
 :func:`unannounced_keywords` checks RFC 3501 7.2.6 on a transcript: a FETCH may show only
 keywords an earlier untagged FLAGS of the same session listed.
@@ -143,7 +146,8 @@ def normalise_response(response: bytes, uid_command: bool) -> bytes | None:
     tagged = not line.startswith(b"* ")
     if tagged:
         line = b"T" + line[line.index(b" "):]
-    if re.match(rb"\* \d+ RECENT$", line) or line.startswith(b"* OK [CLOSED]"):
+    if re.match(rb"\* \d+ RECENT$", line) or line.startswith(
+            (b"* OK [CLOSED]", b"* OK [HIGHESTMODSEQ ")):
         return None
     m = re.match(rb"(\S+ (?:OK|NO|BAD|BYE|PREAUTH))( \[[^\]]*\])?", line)
     if m:

@@ -605,11 +605,11 @@ def test_rfc822_items_are_sections():
 @pytest.mark.parametrize("spec", [
     b"BINARY[1]", b"BODY[MIME]", b"BODY[]<5>", b"BODY[]<5.>", b"BODY[]<.5>", b"BODY[]<a.b>",
     b"BODY[]<1.4294967296>", b"BODY[]x", b"BODY.PEEK", b"FLAGSX", b"(FLAGS FAST)", b"()",
-    b'("FLAGS")', b"BODY.PEEKS[]", b"MODSEQ",
+    b'("FLAGS")', b"BODY.PEEKS[]", b"MODSEQS",
 ])
 def test_invalid_items(spec):
-    """Anything outside RFC 3501's fetch-att is a BAD (MODSEQ belongs to CONDSTORE, BINARY to
-    RFC 3516, neither offered here)."""
+    """Anything outside RFC 3501's fetch-att (and RFC 7162's MODSEQ) is a BAD (BINARY belongs
+    to RFC 3516, not offered here)."""
     with pytest.raises(ValueError):
         parse_fetch_items(fetch_spec(spec))
 
