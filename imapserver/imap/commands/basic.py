@@ -66,14 +66,14 @@ ENABLEABLE = ("CONDSTORE", "QRESYNC")
 def enable(ctx):
     if not ctx.args:
         raise Bad("ENABLE needs at least one capability")
-    # RFC 5161 3.1: unknown capabilities are ignored; ENABLED lists those this command
-    # enabled.  QRESYNC implies CONDSTORE (RFC 7162 3.2.3), which then counts as enabled too
-    # (a later ENABLE CONDSTORE lists nothing more).
+    # RFC 5161 3.1: unknown capabilities are ignored; ENABLED lists the known ones asked for,
+    # also when already enabled (as Dovecot does).  QRESYNC implies CONDSTORE (RFC 7162
+    # 3.2.3).
     session = ctx.session
     enabled = []
     for arg in ctx.args:
         name = str(arg).upper()
-        if name in ENABLEABLE and name not in session.enabled and name not in enabled:
+        if name in ENABLEABLE and name not in enabled:
             enabled.append(name)
     had_condstore = "CONDSTORE" in session.enabled
     session.enabled.update(enabled)

@@ -95,15 +95,20 @@ def parse_modseq(token, zero: bool = False) -> int:
     return int(text)
 
 
-def enable_condstore(ctx) -> bool:
+@defer.inlineCallbacks
+def enable_condstore(ctx):
     """A CONDSTORE-enabling command (RFC 7162 3.1): from now on the session gets MODSEQ in
-    every FETCH about flags.  True if it was not enabled before."""
+    every FETCH about flags.  The first one with a mailbox selected also reports that
+    mailbox's HIGHESTMODSEQ (3.1: the client may not have it from SELECT), as Dovecot does."""
     session = ctx.session
-    was = "CONDSTORE" in session.enabled
+    if "CONDSTORE" in session.enabled:
+        return
     session.enabled.add("CONDSTORE")
-    if session.selected is not None:
-        session.selected.modseqs = True
-    return not was
+    selected = session.selected
+    if selected is not None:
+        selected.modseqs = True
+        highest = yield ctx.call(selected.highest_modseq)
+        ctx.untagged(b"OK [HIGHESTMODSEQ %d] Highest" % highest)
 
 
 def modseq_modes(session) -> tuple[bool, bool]:

@@ -201,12 +201,6 @@ def _modifiers(ctx, uid_mode: bool) -> tuple[int | None, bool]:
             i += 1
         else:
             raise Bad(f"Unknown FETCH modifier {mods[i]!s}")
-    if vanished:
-        # RFC 7162 3.2.6: only with CHANGEDSINCE, only once QRESYNC is enabled.
-        if "QRESYNC" not in ctx.session.enabled:
-            raise Bad("VANISHED needs QRESYNC enabled first")
-        if since is None:
-            raise Bad("VANISHED used without CHANGEDSINCE")
     return since, vanished
 
 
@@ -236,9 +230,15 @@ def fetch_command(ctx, uid_mode: bool):
     changed_since, vanished = _modifiers(ctx, uid_mode)
     from ..render import parse_fetch_item
     if changed_since is not None or any(i.kind == "MODSEQ" for i in items):
-        enable_condstore(ctx)  # RFC 7162 3.1: CONDSTORE-enabling
+        yield enable_condstore(ctx)  # RFC 7162 3.1: CONDSTORE-enabling
         if not any(i.kind == "MODSEQ" for i in items):
             items = [*items, parse_fetch_item("MODSEQ")]
+    if vanished:
+        # RFC 7162 3.2.6: only with CHANGEDSINCE, only once QRESYNC is enabled.
+        if "QRESYNC" not in ctx.session.enabled:
+            raise Bad("VANISHED needs QRESYNC enabled first")
+        if changed_since is None:
+            raise Bad("VANISHED used without CHANGEDSINCE")
     condstore, qresync = modseq_modes(ctx.session)
     if (uid_mode or qresync) and not any(i.kind == "UID" for i in items):
         # RFC 3501 6.4.8: UID FETCH responses always carry the UID; RFC 7162 3.2.4: every

@@ -95,7 +95,7 @@ def _select(ctx, readonly: bool):
     if params.qresync and "QRESYNC" not in ctx.session.enabled:
         raise Bad("QRESYNC must be enabled first (RFC 7162 3.2.5)")
     if params.condstore:
-        enable_condstore(ctx)
+        yield enable_condstore(ctx)
     condstore, _ = modseq_modes(ctx.session)
     selected, highest, resync = yield ctx.call(_open, ctx.store, ctx.session.user, name,
                                                readonly, condstore, params.qresync)
@@ -328,7 +328,7 @@ def list_(ctx):
         recents = yield ctx.call(_recent_counts, ctx.store, mailboxes, ctx.session.selected)
     highests = {}
     if req.status and "HIGHESTMODSEQ" in req.status:
-        enable_condstore(ctx)
+        yield enable_condstore(ctx)
         highests = yield ctx.call(_highests, ctx.store, mailboxes)
     by_name = {m.name: m for m in mailboxes}
     names = set(by_name)
@@ -408,7 +408,7 @@ def status(ctx):
     selected = ctx.session.selected
 
     if "HIGHESTMODSEQ" in items:
-        enable_condstore(ctx)  # RFC 7162 3.1: a CONDSTORE-enabling command
+        yield enable_condstore(ctx)  # RFC 7162 3.1: a CONDSTORE-enabling command
 
     def run():
         mailbox = ctx.store.mailbox(ctx.session.user, name)

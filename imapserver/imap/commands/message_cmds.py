@@ -198,7 +198,7 @@ def _store(ctx, uid_mode: bool):
         if len(modifier) != 2 or str(modifier[0]).upper() != "UNCHANGEDSINCE":
             raise Bad("Unknown STORE modifier (only UNCHANGEDSINCE is supported)")
         unchanged_since = parse_modseq(modifier[1], zero=True)
-        enable_condstore(ctx)
+        yield enable_condstore(ctx)
     if len(ctx.args) < 3:
         raise Bad("STORE takes a sequence set, an item and flags")
     _writable(ctx)

@@ -28,7 +28,7 @@ def search_command(ctx, uid_mode: bool):
     recent = set(selected.recent)
     with_modseq = any(isinstance(k, ModseqKey) for k in walk(program.key))
     if with_modseq:
-        enable_condstore(ctx)  # RFC 7162 3.1: a CONDSTORE-enabling command
+        yield enable_condstore(ctx)  # RFC 7162 3.1: a CONDSTORE-enabling command
 
     def run():
         # Keys on system flags only (UNSEEN, DELETED, ...): answered from the session's index.
