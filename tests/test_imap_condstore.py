@@ -333,3 +333,28 @@ def test_select_parameters_and_closed(server):
     plain = a.cmd("p", "SELECT INBOX (QRESYNC (1 1 1:5))")
     assert plain[-1].startswith(b"p OK") and not any(b"VANISHED" in ln for ln in plain)
     assert a.cmd("c", "SELECT INBOX (CONDSTORE)")[-1].startswith(b"c OK")
+
+
+def test_missing_uids_past_the_log():
+    """RFC 7162 3.2.5.2's superset, as ranges: the UIDs of known-uids (or of 1:top) up to the
+    highest UID known that are not in the mailbox; never 0, even for an empty mailbox."""
+    from array import array
+
+    from imapserver.imap.qresync import missing, ranges_text
+    from imapserver.imap.seqset import SeqSet, parse_seqset
+    present = array("Q", [2, 5, 6])
+    assert ranges_text(missing(parse_seqset("1:20"), present, 8)) == "1,3:4,7:8"
+    assert ranges_text(missing(None, present, 8)) == "1,3:4,7:8"
+    assert ranges_text(missing(parse_seqset("9:7,3,1:2"), present, 8)) == "1,3,7:8"
+    assert missing(SeqSet(((1, 0),)), array("Q"), 0) == []
+
+
+def test_list_status_highestmodseq(server):
+    """RFC 7162 3.1.2.2 with RFC 5819: HIGHESTMODSEQ in LIST's STATUS return option too (a
+    CONDSTORE-enabling command), the same value as STATUS."""
+    a = login(server)
+    append(a, 1)
+    status = a.cmd("s", "STATUS INBOX (HIGHESTMODSEQ)")[0]
+    listed = a.cmd("l", 'LIST "" INBOX RETURN (STATUS (HIGHESTMODSEQ))')
+    assert listed[1] == status
+    assert re.fullmatch(rb"\* STATUS INBOX \(HIGHESTMODSEQ [1-9]\d*\)", status)

@@ -110,7 +110,7 @@ def missing(seqset: SeqSet | None, present, top: int) -> list[tuple[int, int]]:
     out = []
     for a, b in _ranges(seqset) if seqset is not None else [(1, top)]:
         b = min(b, top)
-        low = a
+        low = max(a, 1)
         for uid in present[bisect_left(present, a):bisect_right(present, b)]:
             if uid > low:
                 out.append((low, uid - 1))
