@@ -358,3 +358,84 @@ def test_list_status_highestmodseq(server):
     listed = a.cmd("l", 'LIST "" INBOX RETURN (STATUS (HIGHESTMODSEQ))')
     assert listed[1] == status
     assert re.fullmatch(rb"\* STATUS INBOX \(HIGHESTMODSEQ [1-9]\d*\)", status)
+
+
+def test_resyncs_during_concurrent_changes_miss_nothing(tmp_path):
+    """RFC 7162 3.1.2.1 under load: while two connections to another process keep changing
+    flags and expunging, a client resyncs again and again from the HIGHESTMODSEQ it was last
+    given, applying VANISHED (EARLIER) and the FETCHes to its copy.  A HIGHESTMODSEQ that ran
+    ahead of a change still in flight would lose that change for good; at the end, one more
+    resync must leave the copy equal to the mailbox.  A few seconds."""
+    import random
+    import threading
+    import time
+    with two_servers(tmp_path, "embedded") as (one, two):
+        setup = login(two)
+        uids = [append(setup, i) for i in range(40)]
+        setup.close()
+        client = login(one)
+        client.cmd("e", "ENABLE QRESYNC")
+        lines = client.cmd("s", "SELECT INBOX")
+        uidvalidity, highest = code(lines, b"UIDVALIDITY"), code(lines, b"HIGHESTMODSEQ")
+        copy: dict[int, frozenset[bytes]] = {}
+        for line in client.cmd("f", "UID FETCH 1:* (FLAGS MODSEQ)"):
+            if b" FETCH " in line:
+                uid = int(re.search(rb"UID (\d+)", line).group(1))
+                copy[uid] = frozenset(re.search(rb"FLAGS \(([^)]*)\)", line).group(1).split())
+        stop = threading.Event()
+        errors = []
+
+        def writer(seed: int) -> None:
+            rng = random.Random(seed)
+            try:
+                c = login(two)
+                c.cmd("s", "SELECT INBOX")
+                while not stop.is_set():
+                    uid = rng.choice(uids)
+                    flag = rng.choice(["\\Seen", "\\Flagged", "$A", "$B"])
+                    c.cmd("t", f"UID STORE {uid} {rng.choice('+-')}FLAGS.SILENT ({flag})")
+                    if rng.random() < 0.05:
+                        c.cmd("d", f"UID STORE {uid} +FLAGS.SILENT (\\Deleted)")
+                        c.cmd("x", f"UID EXPUNGE {uid}")
+            except Exception as exc:  # reported below
+                errors.append(exc)
+
+        def resync() -> None:
+            nonlocal highest
+            c = login(one)
+            c.cmd("e", "ENABLE QRESYNC")
+            lines = c.cmd("s", f"SELECT INBOX (QRESYNC ({uidvalidity} {highest} 1:100))")
+            for uid in vanished_earlier(lines):
+                copy.pop(uid, None)
+            for line in lines:
+                if b" FETCH " in line:
+                    uid = int(re.search(rb"UID (\d+)", line).group(1))
+                    copy[uid] = frozenset(
+                        re.search(rb"FLAGS \(([^)]*)\)", line).group(1).split())
+            highest = code(lines, b"HIGHESTMODSEQ")
+            c.close()
+            _OPEN.remove(c)
+
+        threads = [threading.Thread(target=writer, args=(n,)) for n in range(2)]
+        for t in threads:
+            t.start()
+        deadline = time.monotonic() + 3.0
+        rounds = 0
+        while time.monotonic() < deadline:
+            resync()
+            rounds += 1
+        stop.set()
+        for t in threads:
+            t.join()
+        assert not errors
+        resync()
+        check = login(one)
+        check.cmd("s", "SELECT INBOX")
+        truth = {}
+        for line in check.cmd("f", "UID FETCH 1:* (FLAGS)"):
+            if b" FETCH " in line:
+                uid = int(re.search(rb"UID (\d+)", line).group(1))
+                truth[uid] = frozenset(re.search(rb"FLAGS \(([^)]*)\)", line).group(1).split())
+        strip = lambda flags: flags - {b"\\Recent"}  # noqa: E731  (per session)
+        assert {u: strip(f) for u, f in copy.items()} == {u: strip(f) for u, f in truth.items()}
+        assert rounds > 3
