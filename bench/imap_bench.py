@@ -23,7 +23,8 @@ on Dovecot.  The measures:
   its UIDVALIDITY and HIGHESTMODSEQ) comes back after another connection made 100 flag changes
   and 10 expunges, with ``SELECT INBOX (QRESYNC (uidvalidity modseq 1:n))`` on a fresh
   connection (LOGIN and ENABLE not timed): median over ``--reps``; against what a client
-  without it does, a plain SELECT then ``FETCH 1:* (FLAGS)``.  ``--only qresync`` runs only
+  with CONDSTORE only does (SELECT, ``UID FETCH 1:* (FLAGS) (CHANGEDSINCE m)``), and one
+  with neither (SELECT, ``FETCH 1:* (FLAGS)``).  ``--only qresync`` runs only
   this measure (after filling).
 * A 50 MB message APPENDed, then FETCHed (``BODY.PEEK[]``) by a fast reader and by one reading
   10 MB/s: the growth of the serving process's RSS over its value just before the command,
@@ -224,7 +225,7 @@ def measure_qresync(server, user: str, reps: int) -> dict:
         other.command(b"UID EXPUNGE %d" % uid)
     other.command(b"LOGOUT")
     other.close()
-    resync, full, counts = [], [], None
+    resync, full, changed, counts = [], [], [], None
     for _ in range(reps):
         c = Conn(server.port)
         c.login(user, PASSWORD)
@@ -245,7 +246,16 @@ def measure_qresync(server, user: str, reps: int) -> dict:
         full.append(time.perf_counter() - t0)
         c.command(b"LOGOUT")
         c.close()
+        c = Conn(server.port)
+        c.login(user, PASSWORD)
+        t0 = time.perf_counter()
+        c.command(b"SELECT INBOX")
+        c.command(b"UID FETCH 1:* (FLAGS) (CHANGEDSINCE %d)" % highest, keep=False)
+        changed.append(time.perf_counter() - t0)
+        c.command(b"LOGOUT")
+        c.close()
     return {"resync_ms": ms(statistics.median(resync)), "full_ms": ms(statistics.median(full)),
+            "changedsince_ms": ms(statistics.median(changed)),
             "fetched": counts[0], "vanished": counts[1].decode(errors="replace")}
 
 
@@ -517,7 +527,9 @@ def qresync_rows(row, a: dict, b: dict, f_ms) -> None:
     row(f"QRESYNC SELECT after 100 flag changes and 10 expunges elsewhere ({a['fetched']} "
         "FETCH + VANISHED)", a["resync_ms"], b["resync_ms"], f_ms, "<= 10 ms",
         a["resync_ms"] <= 10)
-    row("... instead: SELECT + FETCH 1:* (FLAGS)", a["full_ms"], b["full_ms"], f_ms)
+    row("... CONDSTORE only: SELECT + UID FETCH 1:* (FLAGS) (CHANGEDSINCE m)",
+        a["changedsince_ms"], b["changedsince_ms"], f_ms)
+    row("... neither: SELECT + FETCH 1:* (FLAGS)", a["full_ms"], b["full_ms"], f_ms)
 
 
 def qresync_table(r: dict) -> str:

@@ -439,3 +439,22 @@ def test_resyncs_during_concurrent_changes_miss_nothing(tmp_path):
         strip = lambda flags: flags - {b"\\Recent"}  # noqa: E731  (per session)
         assert {u: strip(f) for u, f in copy.items()} == {u: strip(f) for u, f in truth.items()}
         assert rounds > 3
+
+
+def test_changedsince_sees_the_sessions_own_changes(server):
+    """RFC 7162 3.1.4.1: FETCH (CHANGEDSINCE m) returns every message whose MODSEQ is above m
+    -- also one this session itself just changed, before any refresh, and in a mailbox big
+    enough that the change log narrows the set first."""
+    a = login(server)
+    uids = [append(a, i) for i in range(60)]
+    highest = code(a.cmd("s", "SELECT INBOX (CONDSTORE)"), b"HIGHESTMODSEQ")
+    a.cmd("t", f"UID STORE {uids[7]},{uids[42]} +FLAGS.SILENT (\\Flagged)")
+    b = login(server)
+    b.cmd("s", "SELECT INBOX")
+    b.cmd("t", f"UID STORE {uids[13]} +FLAGS (\\Seen)")
+    got = a.cmd("f", f"UID FETCH 1:* (FLAGS) (CHANGEDSINCE {highest})")
+    assert sorted(fetched(got)) == [uids[7], uids[13], uids[42]]
+    assert a.cmd("f", f"FETCH 1:* (UID) (CHANGEDSINCE {highest})")[:-1] == [
+        b"* 8 FETCH (UID 8 MODSEQ (%d))" % fetched(got)[uids[7]][1],
+        b"* 14 FETCH (UID 14 MODSEQ (%d))" % fetched(got)[uids[13]][1],
+        b"* 43 FETCH (UID 43 MODSEQ (%d))" % fetched(got)[uids[42]][1]]
