@@ -26,7 +26,7 @@ checkpoint, see index.py), and the reader falls back to a full read.
 An entry also carries the MODSEQ its operation took with its change number (a STORE's highest,
 an expunge's one), so that QRESYNC (RFC 7162 3.2.5) can tell which expunges came after a
 client's MODSEQ; entries written before that, and those settled for a dead writer that took
-none, carry none and count as later than any (docs/decisions/0012).
+none, carry none and count as later than any (docs/decisions/0014).
 """
 
 from __future__ import annotations
@@ -148,7 +148,7 @@ class ChangeLog:
                 # A reader settled our entry while we were slow: whatever we changed after
                 # that must be logged again, or readers past that number would never see it.
                 # (Under a later number with an earlier MODSEQ: QRESYNC's one blind spot,
-                # docs/decisions/0012.)
+                # docs/decisions/0014.)
                 seq, _, _ = self._put_entry(mailbox_id, CLOSED, uids, modseq=modseq)
             self.advance(mailbox_id, seq)
 

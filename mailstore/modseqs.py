@@ -1,5 +1,5 @@
 """MODSEQs for CONDSTORE and QRESYNC (RFC 7162): which HIGHESTMODSEQ may be reported, and what
-changed since a client's MODSEQ (docs/decisions/0012-modseq-and-vanished.md).
+changed since a client's MODSEQ (docs/decisions/0014-modseq-and-vanished.md).
 
 Every change takes its MODSEQ from the mailbox row's counter *before* it commits (decision
 0001), so the counter may be ahead of changes still in flight, and RFC 7162 3.1.2.1 forbids a

@@ -368,7 +368,7 @@ class MailStore:
         no longer reaches back that far (the caller then rereads, e.g. with open_index)."""
         return self.indexes.delta(mailbox, since)
 
-    # -- MODSEQs (RFC 7162; docs/decisions/0012-modseq-and-vanished.md) ----------------------
+    # -- MODSEQs (RFC 7162; docs/decisions/0014-modseq-and-vanished.md) ----------------------
 
     def highest_modseq(self, mailbox: Mailbox, marks: Marks | None = None,
                        keep: bool = False) -> int:

@@ -101,7 +101,7 @@ class Transfers:
             return []
         intent = self._begin(mailbox.id, {"op": "expunge", "uids": [v.uid for v in views]})
         # The expunge's MODSEQ comes with its change number and is kept in its log entry:
-        # QRESYNC answers VANISHED from it (RFC 7162 3.2.5, docs/decisions/0012).
+        # QRESYNC answers VANISHED from it (RFC 7162 3.2.5, docs/decisions/0014).
         with self.changes.recording(mailbox.id, [v.uid for v in views], also={MODSEQ: 1}):
             claimed = [v for v in views if self.messages.table.check_and_put(
                 keys.message_key(mailbox.id, v.uid), STATE, v.state_raw,

@@ -1,4 +1,4 @@
-"""MODSEQs for CONDSTORE/QRESYNC in the store (mailstore/modseqs.py, docs/decisions/0012).
+"""MODSEQs for CONDSTORE/QRESYNC in the store (mailstore/modseqs.py, docs/decisions/0014).
 
 RFC 7162 3.1.2.1: HIGHESTMODSEQ must be such that no change with a lower MODSEQ appears later;
 3.2.5: a resync from a MODSEQ reports the flag changes and the expunges since, also after the

@@ -7,7 +7,7 @@
 
 The store says what changed after the client's MODSEQ (mailstore/modseqs.py): flag changes
 exactly, expunged UIDs as a superset -- or, past the change log's retention
-(docs/decisions/0012), not at all, and then every UID of ``known-uids`` that is not in the
+(docs/decisions/0014), not at all, and then every UID of ``known-uids`` that is not in the
 mailbox is reported (RFC 7162 3.2.5.2 allows a superset; the client ignores UIDs it never
 had).  seq-match-data is parsed and checked, not needed: the answer is already that exact.
 """

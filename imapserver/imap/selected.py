@@ -204,7 +204,7 @@ class SelectedMailbox:
         """HIGHESTMODSEQ as this session sees the mailbox (RFC 7162 3.1.2.1: no change with a
         lower MODSEQ is still to come).  Its point is stored for a resync elsewhere when the
         session has CONDSTORE enabled: other clients ignore it, and a put per SELECT would
-        cost them (docs/decisions/0012)."""
+        cost them (docs/decisions/0014)."""
         return self.store.highest_modseq(self.mailbox, self.index.marks, keep=self.modseqs)
 
     def _look(self) -> Changes:

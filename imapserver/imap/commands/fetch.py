@@ -9,7 +9,7 @@ r"""FETCH (RFC 3501 6.4.5, 7.4.2) and UID FETCH (6.4.8).
 CHANGEDSINCE leaves out the messages whose MODSEQ is not above its value and adds MODSEQ to
 the items; VANISHED first reports, as ``VANISHED (EARLIER)``, the UIDs of the set expunged
 after it (mailstore/modseqs.py; a superset past the change log's retention, docs/decisions/
-0012).  Once CONDSTORE is enabled, a FETCH that sets \Seen also shows the new MODSEQ; once
+0014).  Once CONDSTORE is enabled, a FETCH that sets \Seen also shows the new MODSEQ; once
 QRESYNC is, every FETCH response carries the UID (RFC 7162 3.1.4.1, 3.2.4).
 
 Messages are read in batches (one store round trip per batch, only the columns the items
