@@ -42,8 +42,9 @@ class Session:
     def capabilities(self) -> list[str]:
         caps = ["IMAP4rev1", "LITERAL+", "SASL-IR", "ID", "ENABLE", "IDLE", "NAMESPACE",
                 "UIDPLUS", "MOVE", "UNSELECT", "CHILDREN", "SPECIAL-USE", "LIST-EXTENDED",
-                "LIST-STATUS", "MULTIAPPEND", "CONDSTORE", "QRESYNC",
+                "LIST-STATUS", "MULTIAPPEND",
                 f"APPENDLIMIT={self.append_limit()}"]
+        caps += ["CONDSTORE", "QRESYNC"]  # RFC 7162
         if self.user is None:
             if not self.tls and self.server.tls_context is not None:
                 caps.append("STARTTLS")
