@@ -96,6 +96,8 @@ SCRIPTS = [
         ("C", "STORE 1:* +FLAGS (\\Deleted)"),
         ("C", "UID EXPUNGE 4"),
         ("C", "CLOSE"),
+        # A message that arrived after the client's MODSEQ is reported too (3.2.5.2).
+        ("B", append("INBOX", SEED[1][0], "$New", date(7))),
         ("C", Recall("SELECT INBOX (QRESYNC ({UIDVALIDITY} {FIRSTMODSEQ}))")),
     ], deliberate=(*MODSEQ, "store-reports-unchanged")),
 ]
