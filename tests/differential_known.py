@@ -461,8 +461,9 @@ def _highestmodseq_code(r: Response) -> bool:
             "nor NOMODSEQ). Ours is removed where Dovecot's SELECT/EXAMINE has none. Applied "
             "to every script.")
 def _dovecot_lazy_highestmodseq(ours: Event, dovecot: Event) -> bool:
-    commands = [c.strip() for c in command_text(ours).split(PIPELINE_SEPARATOR)]
-    if not any(c.split(" ", 1)[0].upper() in ("SELECT", "EXAMINE") for c in commands):
+    # Each pipelined command keeps its tag: the command name is the second word.
+    parts = [c.split()[:2] for c in ours.sent.split(PIPELINE_SEPARATOR)]
+    if not any(len(w) == 2 and w[1].upper() in ("SELECT", "EXAMINE") for w in parts):
         return False
     if any(_highestmodseq_code(r) for r in dovecot.responses):
         return False
