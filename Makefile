@@ -10,8 +10,11 @@ SUDO    := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 # server (the bench's yardstick) and its IMAP server (the reference the FETCH rendering is
 # compared with, tests/test_imap_render.py), and the real IMAP clients the server is tried with
 # (isync's mbsync, fetchmail, offlineimap3: tests/test_imap_clients.py,
-# tests/test_real_clients_tls.py).  Installed by the venv step, only those missing.
-DEBIAN_TEST_PKGS := swaks dovecot-core dovecot-lmtpd dovecot-imapd isync fetchmail offlineimap3
+# tests/test_real_clients_tls.py), and systemd for `systemd-analyze security/verify` of
+# conf/imapserver.service (with libseccomp2, which tests/sandbox.py runs the server under:
+# tests/test_deploy_unit.py).  Installed by the venv step, only those missing.
+DEBIAN_TEST_PKGS := swaks dovecot-core dovecot-lmtpd dovecot-imapd isync fetchmail offlineimap3 \
+                    systemd libseccomp2
 
 .PHONY: run test lint bench schema clean venv debian-test-pkgs
 

@@ -47,6 +47,7 @@ SCHEMA: dict[str, dict[str, Key]] = {
         "backend": Key(_choice("embedded", "hbase"), "embedded"),
         "data_dir": Key(str, "data"),
         "synchronous": Key(_choice("FULL", "NORMAL"), "FULL"),
+        "allow_shared_permissions": Key(_bool, False),
         "chunk_size": Key(lambda t: check_chunk_size(int(t)), DEFAULT_CHUNK),
         "read_ahead": Key(int, 2),
         "max_message_size": Key(int, 64 * 1024 * 1024),
@@ -114,7 +115,8 @@ class Config:
         store = self.values["store"]
         if store["backend"] == "embedded":
             return "embedded", {"data_dir": store["data_dir"],
-                                "synchronous": store["synchronous"]}
+                                "synchronous": store["synchronous"],
+                                "allow_shared_permissions": store["allow_shared_permissions"]}
         return "hbase", dict(self.values["hbase"])
 
     def store_options(self) -> dict[str, Any]:

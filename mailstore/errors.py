@@ -62,3 +62,9 @@ class Unpublished(BackendUnavailable):
     def __init__(self, message: str, uid: int):
         super().__init__(message)
         self.uid = uid
+
+
+class SharedPermissions(MailStoreError):
+    """A store directory or file that users other than its owner can reach (group or world
+    permission bits), refused unless the configuration allows it: the store holds every user's
+    mail and password hash.  The message names the path and its mode."""

@@ -61,9 +61,11 @@ MESSAGES = TableDef(
     row_key="16-byte mailbox UUID + 8-byte big-endian (2**63 - 1 - uid)",
     families={
         "m": "metadata, written once: s (commit record: state byte + packed uid, size, date, "
-             "MODSEQ, content id; written last by check-and-put; b'X' marks an abandoned UID, "
-             "b'D' a message being expunged), "
-             "env (ENVELOPE), bs (BODYSTRUCTURE), hdr (raw header block)",
+             "MODSEQ, content id, save date; written last by check-and-put; b'X' marks an "
+             "abandoned UID, b'D' a message being expunged), "
+             "env (ENVELOPE), bs (BODYSTRUCTURE), hdr (raw header block), "
+             "pv (RFC 8970 preview; added later to rows stored before it existed), "
+             "sk (SORT/THREAD keys, mailstore/sortkeys.py; absent in rows older than it)",
         "f": "flags, changed by check-and-put on one cell: v = 8-byte MODSEQ + flag names",
     },
     access="newest page = one reverse-ordered bounded scan of 25 rows; UID list = bounded scan "

@@ -35,8 +35,9 @@ from .messages import (
 from .modseqs import SinceModseq, since_modseq
 from .records import COMMITTED, DELETING, MOVING, Flags, MessageRecord, state_of
 from .schema import IMPORTS, INTENTS, create_schema
+from .sortcache import MessageKeys, SortKeyCache
 from .transfers import Transfers
-from .users import User, Users, check_quota
+from .users import QuotaUsage, User, Users, check_quota
 
 DEFAULT_MAX_MESSAGE = 64 * 1024 * 1024
 FLAG_BATCH = 1000
@@ -95,6 +96,7 @@ class MailStore:
         self.transfers = Transfers(backend, self.messages, self.mailboxes, self.content,
                                    self.users, clock, intent_timeout, self.changes)
         self.indexes = Indexes(backend, self.messages, self.changes)
+        self.sort_cache = SortKeyCache(self.messages)
 
     @classmethod
     def open(cls, backend_name: str, backend_options: dict, **store_options) -> MailStore:
@@ -138,6 +140,31 @@ class MailStore:
         if account.storage_limit is None and account.message_limit is None:
             return  # no limits: skip adding up the mailboxes
         check_quota(account, self.usage(account.name), add_bytes, add_messages)
+
+    def quota(self, user: str) -> QuotaUsage:
+        """``user``'s limits and usage (octets and messages in all their mailboxes, from the
+        mailbox counters).  The mailboxes are not added up for a user without limits: usage
+        is then reported as 0.  Raises NotFound."""
+        account = self.users.get(user)
+        if account.storage_limit is None and account.message_limit is None:
+            return QuotaUsage(0, None, 0, None)
+        used_bytes, used_messages = self.usage(account.name)
+        return QuotaUsage(used_bytes, account.storage_limit, used_messages,
+                          account.message_limit)
+
+    def deleted_usage(self, mailbox: Mailbox) -> tuple[int, int]:
+        """(messages, octets) marked \\Deleted in ``mailbox``: what EXPUNGE would free (RFC
+        9208 4.1.4, STATUS DELETED and DELETED-STORAGE).  The \\Deleted UIDs come from the
+        mailbox's index (no scan of the mailbox); their sizes from one multi-get per
+        ``FLAG_BATCH`` of them, so the cost is that of the \\Deleted messages alone."""
+        uids = list(self.indexes.open(mailbox).deleted)
+        count = octets = 0
+        for i in range(0, len(uids), FLAG_BATCH):
+            for view in self.messages.get(mailbox.id, uids[i:i + FLAG_BATCH], SUMMARY):
+                if "\\Deleted" in view.flags.names:  # as read now, not as indexed
+                    count += 1
+                    octets += view.record.size
+        return count, octets
 
     @durable
     def delete_user(self, name: str) -> None:
@@ -352,6 +379,15 @@ class MailStore:
         nothing else (SEARCH on flags, and a session whose change log was trimmed)."""
         return self.messages.uid_flags(mailbox.id, high_uid)
 
+    def sort_keys(self, mailbox: Mailbox, uids: Sequence[int],
+                  present: Sequence[int] | None = None) -> dict[int, MessageKeys]:
+        """The SORT/THREAD keys (RFC 5256; :mod:`mailstore.sortkeys`) of the messages among
+        ``uids`` (ascending) that still exist, by UID.  Kept per process: only UIDs this
+        process has not read before cost a row read (:mod:`mailstore.sortcache`).
+        ``present``: every UID of the mailbox the caller knows of (lets the cache forget
+        expunged ones)."""
+        return self.sort_cache.keys(mailbox.id, uids, present)
+
     def marks(self, mailbox_ids: Sequence[bytes]) -> dict[bytes, Marks]:
         """Where each mailbox stands, in one round trip: a new message moves its UID watermark,
         a flag change or expunge its change-log watermark (docs/decisions/0009)."""
@@ -430,6 +466,12 @@ class MailStore:
 
     def open_message(self, view: MessageView) -> io.RawIOBase:
         return self.messages.open_body(view)
+
+    def preview(self, mailbox: Mailbox, view: MessageView) -> str:
+        """The RFC 8970 preview of a message of ``mailbox``: the one stored with it, or for a
+        message stored before previews were kept, computed from its content now (one read of
+        its first text part) and stored for next time (see :mod:`mailstore.preview`)."""
+        return self.messages.preview(mailbox.id, view)
 
     def read_message(self, view: MessageView) -> bytes:
         return self.messages.open_body(view).read()

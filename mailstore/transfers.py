@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterable
 
 import orjson
 
-from . import keys
+from . import keys, sortkeys
 from .backends.base import Backend, Mutation, decode_counter, encode_counter
 from .changelog import ChangeLog
 from .content import ContentStore
@@ -37,11 +37,15 @@ from .messages import (
     ENVELOPE,
     FLAGS,
     HEADER,
+    PENDING_CELLS,
+    PREVIEW,
+    SORTKEYS,
     STATE,
     SUMMARY,
     Messages,
     MessageView,
 )
+from .preview import decode_cell, encode_cell
 from .records import (
     ABANDONED,
     COMMITTED,
@@ -174,14 +178,21 @@ class Transfers:
                 cells[BODY] = orjson.dumps(view.body)
             if view.header is not None:
                 cells[HEADER] = view.header
+            if view.preview is not None:
+                cells[PREVIEW] = encode_cell(view.preview)
+            if view.envelope is not None:
+                # The copy's SORT/THREAD keys, as its append would have stored them.
+                cells[SORTKEYS] = sortkeys.encode(sortkeys.compute(view.envelope, view.header))
             self.messages.table.put(key, cells)
+            # RFC 8514: the save date is when the message came into this mailbox, the
+            # internal date stays as it was (RFC 3501 6.4.7).
             record = MessageRecord(uid=uid, content=view.record.content, size=view.record.size,
                                    internal_date=view.record.internal_date, modseq=modseq,
                                    header_size=view.record.header_size, lines=view.record.lines,
-                                   chunk_size=view.record.chunk_size)
+                                   chunk_size=view.record.chunk_size, save_date=self.clock())
             if self.messages.table.check_and_put(key, STATE, None, STATE, record.encode()):
                 return uid
-            self.messages.table.delete(key, [FLAGS, ENVELOPE, BODY, HEADER])
+            self.messages.table.delete(key, list(PENDING_CELLS))
             uid, modseq = self._allocate(target, 1)
 
     def _allocate(self, target: Mailbox, count: int) -> tuple[int, int]:
@@ -342,4 +353,5 @@ def _view(key: bytes, raw: bytes, row: dict[bytes, bytes]) -> MessageView:
     if BODY in row:
         view.body = orjson.loads(row[BODY])
     view.header = row.get(HEADER)
+    view.preview = decode_cell(row.get(PREVIEW))
     return view

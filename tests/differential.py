@@ -17,6 +17,8 @@ normalises what RFC 3501 leaves to the server:
   appearance, so both servers must still be consistent);
 * INTERNALDATE values within a day of the run (APPEND without a date: the server's clock);
 * the order of items inside one FETCH response (RFC 3501 7.4.2 fixes none);
+* a FETCH sent before an EXPUNGE in the same reply goes after it, renumbered
+  (:func:`expunges_first`: RFC 3501 7.4.1 and 5.2 leave the order to the server);
 * quoted vs literal vs atom form of a string (RFC 3501 4.3: the server's choice).
 
 Anything else is a difference: :meth:`Differential.run` fails with a unified diff of the two
@@ -29,6 +31,7 @@ refuses to apply once our server no longer shows the defect, so it cannot outliv
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import datetime
 import difflib
 import hashlib
@@ -493,6 +496,40 @@ def sort_listings(responses: list[Response]) -> list[Response]:
     return out
 
 
+def expunges_first(responses: list[Response]) -> list[Response]:
+    """``responses`` with every untagged FETCH that came before an EXPUNGE of the same
+    response put after the last EXPUNGE, renumbered as the EXPUNGEs shift it (and dropped if
+    its own message is expunged).
+
+    RFC 3501 7.4.1 and 5.2 leave it to the server whether a flag change another session made
+    is reported before or after an expunge reported at the same time: Dovecot sends the FETCH
+    first, numbered before the EXPUNGE, we send the EXPUNGEs first.  Both tell the client the
+    same state; this is the common form.
+    """
+    def kind(r: Response) -> bytes:
+        return word(r.data[1]) if r.kind == "data" and len(r.data) > 1 else b""
+
+    kinds = [kind(r) for r in responses]
+    if b"EXPUNGE" not in kinds:
+        return responses
+    last = max(i for i, k in enumerate(kinds) if k == b"EXPUNGE")
+    if b"FETCH" not in kinds[:last]:
+        return responses
+    moved: list[Response] = []
+    out: list[Response] = []
+    for r, k in zip(responses[:last + 1], kinds, strict=False):
+        if k == b"FETCH" and isinstance(r.data[0], bytes) and r.data[0].isdigit():
+            moved.append(r)
+            continue
+        if k == b"EXPUNGE" and r.data[0].isdigit():
+            gone = int(r.data[0])
+            moved = [f if int(f.data[0]) < gone else
+                     dataclasses.replace(f, data=[b"%d" % (int(f.data[0]) - 1), *f.data[1:]])
+                     for f in moved if int(f.data[0]) != gone]
+        out.append(r)
+    return out + moved + responses[last + 1:]
+
+
 _INTERNALDATE = re.compile(rb"\d{1,2}-[A-Z][a-z]{2}-\d{4} \d\d:\d\d:\d\d [+-]\d{4}")
 
 
@@ -510,12 +547,20 @@ def _uidvalidity(value, seen: dict) -> bytes:
     return seen[value]
 
 
+def _server_chosen(r: Response) -> bool:
+    """An untagged ``OK [MAILBOXID (id)]`` (RFC 8474 4.1, on SELECT/EXAMINE): nothing in it
+    to compare, the id being the server's choice, and Dovecot 2.3.19 sends none."""
+    return r.kind == "status" and bool(r.code) and word(r.code[0]) == b"MAILBOXID"
+
+
 def normalise(r: Response, uidvalidities: dict) -> Response:
     """A copy of ``r`` without what the servers may legitimately choose differently."""
     code = r.code
     if code:
         name = word(code[0])
-        if name == b"CAPABILITY":
+        if name in (b"CAPABILITY", b"MAILBOXID"):
+            # MAILBOXID (RFC 8474 4.1): the id is the server's choice, and Debian's Dovecot
+            # (2.3.19) has no OBJECTID to send one; see _server_chosen.
             code = None
         elif name == b"PERMANENTFLAGS" and len(code) == 2 and isinstance(code[1], list):
             code = [code[0], sorted(code[1], key=word)]
@@ -545,7 +590,9 @@ def normalise(r: Response, uidvalidities: dict) -> Response:
             pairs = [[items[k], items[k + 1] if k + 1 < len(items) else b"<missing>"]
                      for k in range(0, len(items), 2)]
             for pair in pairs:
-                if word(pair[0]) == b"INTERNALDATE" and isinstance(pair[1], bytes) \
+                # SAVEDATE (RFC 8514) is the server's clock when it saved the message.
+                if word(pair[0]) in (b"INTERNALDATE", b"SAVEDATE") \
+                        and isinstance(pair[1], bytes) \
                         and _INTERNALDATE.fullmatch(pair[1]) and _near_now(pair[1]):
                     pair[1] = b"<now>"
             for pair in pairs:
@@ -695,6 +742,8 @@ class Target:
     name: str
     port: int
     add_user: Callable[[str, str], None]
+    ports: dict[str, int] = field(default_factory=dict)
+    """Sessions served on another port than ``port`` (a second process on the same store)."""
 
 
 class Differential:
@@ -713,7 +762,8 @@ class Differential:
             for label, action in script.steps:
                 session = sessions.get(label)
                 if session is None:
-                    session = sessions[label] = Session(label, target.port)
+                    session = sessions[label] = Session(label,
+                                                        target.ports.get(label, target.port))
                     greeting = parse_response(session.conn.read_response())
                     greeting = Response("greeting", status=greeting.status, raw=greeting.raw)
                     events.append(Event(label, "(connect)", [greeting]))
@@ -759,7 +809,9 @@ class Differential:
             seen: dict = {}
             out = []
             for e in events:
-                responses = [normalise(r, seen) for r in sort_listings(e.responses)]
+                responses = [normalise(r, seen)
+                             for r in expunges_first(sort_listings(e.responses))
+                             if not _server_chosen(r)]
                 out.append(Event(e.client, e.sent, responses))
             return out
         a, b = norm(ours), norm(dovecot)

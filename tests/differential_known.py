@@ -12,18 +12,17 @@ docs/differential.md holds the table of :data:`differential.DELIBERATE`; keep it
 
 from __future__ import annotations
 
+import datetime
 import re
 
 from differential import (
     ALWAYS,
     PIPELINE_SEPARATOR,
-    DefectFixed,
     Event,
     Response,
     answers,
     command_text,
     deliberate,
-    known_defect,
     response_lines,
     word,
 )
@@ -201,39 +200,6 @@ def _refuse_after_literal(ours: Event, dovecot: Event) -> bool:
     return True
 
 
-@deliberate("expunge-before-fetch",
-            "When several changes by another session are reported at once, we send the "
-            "EXPUNGEs first and then the FETCHes with the new sequence numbers (RFC 3501 7.4.1 "
-            "and 5.2); Dovecot may send a FETCH before the EXPUNGE, numbered before it. "
-            "Dovecot's are put in our order, renumbered.")
-def _expunge_before_fetch(ours: Event, dovecot: Event) -> bool:
-    kinds = [word(r.data[1]) if r.kind == "data" and len(r.data) > 1 else b""
-             for r in dovecot.responses]
-    if b"EXPUNGE" not in kinds or b"FETCH" not in kinds:
-        return False
-    if kinds.index(b"FETCH") > max(i for i, k in enumerate(kinds) if k == b"EXPUNGE"):
-        return False
-    fetches, expunges, rest = [], [], []
-    for r, kind in zip(dovecot.responses, kinds, strict=True):
-        if kind == b"FETCH":
-            fetches.append(r)
-        elif kind == b"EXPUNGE":
-            gone = int(r.data[0])
-            for f in list(fetches):
-                seq = int(f.data[0])
-                if seq == gone:
-                    fetches.remove(f)
-                elif seq > gone:
-                    f.data[0] = str(seq - 1).encode()
-            expunges.append(r)
-        else:
-            rest.append(r)
-    tagged = [r for r in rest if r.kind == "tagged"]
-    others = [r for r in rest if r.kind != "tagged"]
-    dovecot.responses[:] = expunges + others + fetches + tagged
-    return True
-
-
 @deliberate("status-inbox-name",
             "STATUS of 'inbox' (any case): we answer with the name INBOX (RFC 3501 5.1: INBOX "
             "is case-insensitive, and this is its name); Dovecot echoes the client's spelling.")
@@ -387,6 +353,39 @@ def _strict_syntax(ours: Event, dovecot: Event) -> bool:
     return False
 
 
+_APPEND_DATE = re.compile(r'APPEND \S+ (?:\([^)]*\) )?"([^"]*)"')
+
+
+def _impossible_date(text: str) -> bool:
+    """Whether ``text`` is an RFC 3501 date-time in form whose day or time does not exist."""
+    m = re.fullmatch(r" ?(\d{1,2})-([A-Z][a-z]{2})-(\d{4}) (\d\d):(\d\d):(\d\d) [+-]\d{4}", text)
+    if m is None:
+        return False
+    try:
+        datetime.datetime.strptime(f"{m[1]}-{m[2]}-{m[3]}", "%d-%b-%Y")
+    except ValueError:
+        return True
+    return int(m[4]) > 23 or int(m[5]) > 59 or int(m[6]) > 60
+
+
+@deliberate("append-impossible-date",
+            "APPEND with a date-time that does not exist (31-Feb, 29-Feb of a common year, "
+            "32-Jan, hour 24, minute 60) is BAD here: RFC 3501 6.3.11 says the internal date "
+            "SHOULD be set to the one given, which is impossible, and storing another date "
+            "in its place would lose the client's intent silently (SEARCH dates are refused "
+            "alike, see strict-syntax). Dovecot says OK and stores the current time. "
+            "Dovecot's answer is replaced by ours for such APPENDs.")
+def _append_impossible_date(ours: Event, dovecot: Event) -> bool:
+    theirs = _tagged(dovecot)
+    m = _APPEND_DATE.match(command_text(ours))
+    if m and _impossible_date(m[1]) and response_lines(ours) == ["tag BAD"] \
+            and theirs is not None and theirs.status == b"OK" \
+            and command_text(ours) == command_text(dovecot):
+        dovecot.responses[:] = ours.responses
+        return True
+    return False
+
+
 answers("enable-not-authenticated",
         "ENABLE before login: BAD here (RFC 5161 section 3.1: valid only in the authenticated "
         "state); Dovecot's login process accepts it.",
@@ -515,41 +514,48 @@ def _modseq_values(ours: Event, dovecot: Event) -> bool:
     return changed
 
 
-# -- known defects, being fixed on other branches -------------------------------------------------
-
-
-@known_defect("recent",
-              "Issue 11 (3), RFC 3501 2.3.2: \\Recent is not implemented (fix on another "
-              "branch; tests/test_differential_issue11.py checks it). '* n RECENT', \\Recent in "
-              "FLAGS and STATUS RECENT are removed on both sides.")
-def _mask_recent(ours: Event, dovecot: Event) -> bool:
+@deliberate("preview-stored-at-append",
+            "PREVIEW (LAZY) of a message whose preview was never asked for: we answer the "
+            "preview, computed when the message was stored (RFC 8970 section 3: 'at append'); "
+            "Dovecot computes previews on the first PREVIEW without LAZY and answers NIL until "
+            "then (section 3.1 allows NIL while no preview is at hand). Where Dovecot's PREVIEW "
+            "is NIL in the answer to a LAZY fetch and ours a string, ours is taken.")
+def _preview_stored_at_append(ours: Event, dovecot: Event) -> bool:
+    if "LAZY" not in command_text(ours).upper():
+        return False
     changed = False
-    for side, event in (("ours", ours), ("dovecot", dovecot)):
-        kept = []
-        for r in event.responses:
-            if r.kind == "data" and len(r.data) == 2 and word(r.data[1]) == b"RECENT":
-                if side == "ours" and r.data[0] != b"0":
-                    raise DefectFixed("ours reports RECENT: remove KNOWN_DEFECTS['recent']")
-                changed |= side == "dovecot"
+    for a, b in zip(_fetches(ours), _fetches(dovecot), strict=False):
+        items_a, items_b = a.data[2], b.data[2]
+        for k in range(0, len(items_b) - 1, 2):
+            if word(items_b[k]) != b"PREVIEW" or items_b[k + 1] is not None:
                 continue
-            if r.kind == "data" and len(r.data) >= 3 and word(r.data[1]) == b"FETCH":
-                items = r.data[2]
-                for k in range(0, len(items) - 1, 2):
-                    if word(items[k]) == b"FLAGS" and isinstance(items[k + 1], list):
-                        if b"\\Recent" in items[k + 1]:
-                            if side == "ours":
-                                raise DefectFixed("ours sends \\Recent: remove the mask")
-                            items[k + 1] = [f for f in items[k + 1] if f != b"\\Recent"]
-                            changed = True
-            elif r.kind == "data" and len(r.data) == 3 and word(r.data[0]) == b"STATUS":
-                items = r.data[2]
-                pairs = [(items[k], items[k + 1]) for k in range(0, len(items) - 1, 2)]
-                for a, b in pairs:
-                    if word(a) == b"RECENT" and b != b"0":
-                        if side == "ours":
-                            raise DefectFixed("ours reports STATUS RECENT: remove the mask")
-                        changed = True
-                r.data[2] = [x for a, b in pairs if word(a) != b"RECENT" for x in (a, b)]
-            kept.append(r)
-        event.responses[:] = kept
+            for j in range(0, len(items_a) - 1, 2):
+                if word(items_a[j]) == b"PREVIEW" and isinstance(items_a[j + 1], bytes):
+                    items_b[k + 1] = items_a[j + 1]
+                    changed = True
     return changed
+
+
+answers("dovecot-digest-preview",
+        "PREVIEW of a multipart/digest whose first part has no Content-Type: that part is "
+        "message/rfc822 (RFC 2046 5.1.5), and we look into no attached message for a preview "
+        "(as Dovecot does for an explicit message/rfc822), so ours is the first text part "
+        "after it; Dovecot reads the part as text/plain, its header fields included.",
+        {"FETCH 1 PREVIEW": (['* 1 FETCH (PREVIEW "explicitly text")', "tag OK"],
+                             ['* 1 FETCH (PREVIEW "From: one@example.com Subject: first first '
+                              'body")', "tag OK"])})
+
+def _fetches(event: Event) -> list[Response]:
+    """The ``* n FETCH (...)`` responses of ``event``."""
+    return [r for r in event.responses if r.kind == "data" and len(r.data) == 3
+            and word(r.data[1]) == b"FETCH" and isinstance(r.data[2], list)]
+
+
+answers("quota-root-of-unlimited-user",
+        "A user without limits has no quota root: GETQUOTAROOT answers '* QUOTAROOT mailbox' "
+        "with no root (RFC 9208 4.1.2 makes QUOTAROOT a required response; 4.2.2's example "
+        "of a mailbox without a quota root) and GETQUOTA of the root is NO [NONEXISTENT] "
+        "(4.1.1; a QUOTA response needs at least one resource, section 7). Dovecot sends no "
+        "untagged response to either and says OK.",
+        {'GETQUOTAROOT "INBOX"': (["* QUOTAROOT INBOX", "tag OK"], ["tag OK"]),
+         'GETQUOTA "User quota"': (["tag NO [NONEXISTENT]"], ["tag OK"])})

@@ -23,10 +23,13 @@ START_TIMEOUT = 30.0
 
 
 class ServerProcess:
-    def __init__(self, data_dir: str, *extra: str, config: str | None = None):
+    def __init__(self, data_dir: str, *extra: str, config: str | None = None,
+                 umask: int = -1, wrapper: list[str] | tuple[str, ...] = ()):
         self.data_dir = data_dir
         self.extra = list(extra)
         self.config = config
+        self.umask = umask  # the server's umask (-1: inherit the test's)
+        self.wrapper = list(wrapper)  # a command the server runs under (setpriv, ...)
         self.ports: dict[str, int] = {}
         self.proc: subprocess.Popen | None = None
         self.output: list[str] = []
@@ -35,14 +38,14 @@ class ServerProcess:
         return self.start()
 
     def start(self) -> ServerProcess:
-        cmd = [sys.executable, "-m", "imapserver.main", "--data-dir", self.data_dir,
-               "--imap-port", "auto", "--imaps-port", "0", "--smtp-port", "0",
-               "--lmtp-port", "0", *self.extra]
+        cmd = [*self.wrapper, sys.executable, "-m", "imapserver.main",
+               "--data-dir", self.data_dir, "--imap-port", "auto", "--imaps-port", "0",
+               "--smtp-port", "0", "--lmtp-port", "0", *self.extra]
         if self.config:
             cmd += ["--config", self.config]
         env = dict(os.environ, PYTHONUNBUFFERED="1")
         self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                     env=env)
+                                     env=env, umask=self.umask)
         wanted = {"imap"} | {n for n in ("smtp", "lmtp", "imaps") if f"--{n}-port" in
                             self.extra and self.extra[self.extra.index(f"--{n}-port") + 1] != "0"}
         sel = selectors.DefaultSelector()

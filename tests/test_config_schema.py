@@ -50,7 +50,8 @@ def test_overrides_beat_the_file(tmp_path):
     conf.write_text("[store]\ndata_dir = /from/file\n")
     cfg = config.load(str(conf), {"store": {"data_dir": "/from/flag"}})
     assert cfg.backend_options() == ("embedded", {"data_dir": "/from/flag",
-                                                  "synchronous": "FULL"})
+                                                  "synchronous": "FULL",
+                                                  "allow_shared_permissions": False})
 
 
 def test_hbase_schema_file_is_generated_from_the_code():

@@ -365,3 +365,17 @@ def test_address_search_same_as_dovecot(ours, dovecot):
             numbers = [("atom", b"%d" % n) for n in ALSO_AS_WRITTEN[criteria]]
             want = [b"OK", [[("atom", b"SEARCH"), *numbers]]]
         assert got == want, command
+
+
+def test_wildcards_match_inbox_in_any_case():
+    """RFC 3501 5.1 and 6.3.8: INBOX is case-insensitive, also where a wildcard matches it
+    (Dovecot lists INBOX for ``*box``, ``in%``, ``%NBOX``); other names stay case-sensitive,
+    and a pattern starting with INBOX in any case reaches INBOX's children."""
+    from imapserver.imap.names import pattern_regex
+
+    for pattern in ("*box", "*BOX", "in%", "%NBOX", "i*x", "inbox", "*", "%"):
+        assert pattern_regex("", pattern).match("INBOX"), pattern
+    assert not pattern_regex("", "*box").match("OUTBOX")
+    assert pattern_regex("", "inbox/%").match("INBOX/Sub")
+    assert not pattern_regex("", "*/sub").match("INBOX/Sub")
+    assert not pattern_regex("", "in%").match("Inbound")

@@ -39,7 +39,7 @@ from imapserver.imap.sections import (
     parse_section,
     resolve,
 )
-from imapserver.imap.wire import Atom, tokenize
+from imapserver.imap.wire import Atom, ParseError, tokenize
 from mailstore.mime import parse_bytes
 
 
@@ -629,3 +629,28 @@ def test_brackets_outside_a_section_are_atom_characters():
     assert tokenize([b"a SELECT body[ x"])[2:] == ["body[", "x"]
     assert tokenize([b"a FETCH 1 (x[ BODY.PEEK[HEADER.FIELDS (A B)]<0.5> binary[1 2])"])[3] == [
         "x[", "BODY.PEEK[HEADER.FIELDS (A B)]<0.5>", "binary[1 2]"]
+
+
+def test_repeated_fetch_items_answered_once():
+    """RFC 3501 7.4.2: a FETCH response carries each data item once, so ``(UID FLAGS UID)``
+    is UID and FLAGS, and RFC822.HEADER twice is one (as Dovecot answers); a BODY[section]
+    asked twice is answered twice, as Dovecot does."""
+    items = parse_fetch_items(fetch_spec(b"(UID FLAGS UID flags RFC822.HEADER RFC822.HEADER)"))
+    assert [i.name for i in items] == ["UID", "FLAGS", "RFC822.HEADER"]
+    items = parse_fetch_items(fetch_spec(b"(BODY.PEEK[1] BODY[1] BODY[]<0.5> BODY[]<0.5>)"))
+    assert [(i.name, i.sets_seen) for i in items] == [
+        ("BODY[1]", False), ("BODY[1]", True), ("BODY[]<0>", True), ("BODY[]<0>", True)]
+
+
+def test_literal_names_a_header_field():
+    """RFC 3501 section 9: header-fld-name = astring, so a literal may stand inside a section's
+    header list; it is echoed quoted, as Dovecot does."""
+    items = parse_fetch_items(tokenize([b"a FETCH 1 (BODY.PEEK[HEADER.FIELDS ({7}", b"Subject",
+                                        b" {2+}", b"To", b")]<0.9> FLAGS)"])[3])
+    assert [i.name for i in items] == ['BODY[HEADER.FIELDS ("SUBJECT" "TO")]<0>', "FLAGS"]
+    assert items[0].section.fields == (b"SUBJECT", b"TO") and items[0].partial == (0, 9)
+    # a literal outside a section stays a literal; CRLF can be no field name
+    assert tokenize([b"a SEARCH HEADER {7}", b"Subject", b" x"])[3:] == [b"Subject", "x"]
+    assert tokenize([b"a APPEND body[x {5}", b"hello", b""])[2:] == ["body[x", b"hello"]
+    with pytest.raises(ParseError):
+        tokenize([b"a FETCH 1 BODY[HEADER.FIELDS ({3}", b"a\r\n", b")]"])

@@ -124,7 +124,9 @@ def test_select_reports_what_rfc3501_requires(client):
 def test_create_delete_rename_list_and_special_use(client):
     """6.3.3-6.3.5, 6.3.8; RFC 6154 special-use attributes, RFC 5258 LIST-EXTENDED."""
     login(client)
-    assert client.cmd("c1", "CREATE Projects/2026/Q4")[-1] == b"c1 OK CREATE completed"
+    # RFC 8474 4.1: CREATE names the new mailbox's MAILBOXID.
+    assert re.fullmatch(rb"c1 OK \[MAILBOXID \(F[0-9a-f]{32}\)\] CREATE completed",
+                        client.cmd("c1", "CREATE Projects/2026/Q4")[-1])
     assert client.cmd("c2", "CREATE Projects")[-1].startswith(b"c2 NO [ALREADYEXISTS]")
     lines = client.cmd("l1", 'LIST "" "Projects/%"')
     assert lines[:-1] == [b'* LIST (\\HasChildren) "/" Projects/2026']
@@ -173,6 +175,23 @@ def test_append_to_missing_mailbox_says_trycreate(client):
     login(client)
     client.send(b"a1 APPEND Missing {5+}\r\nhello\r\n")
     assert client.until_tagged("a1")[-1].startswith(b"a1 NO [TRYCREATE]")
+
+
+def test_append_refuses_an_impossible_date(client):
+    """RFC 3501 6.3.11 and section 9 date-time: a date that does not exist (31-Feb, 29-Feb of
+    a common year, hour 24, minute 60) is BAD and nothing is stored, rather than rolled over
+    into 03-Mar; a leap second is second 59 of the same day (RFC 5322 3.3)."""
+    login(client)
+    fresh_mailbox(client, "Dates")
+    for n, when in enumerate([b"31-Feb-2026 00:00:00 +0000", b"29-Feb-2026 10:00:00 +0000",
+                              b" 1-Jan-2026 24:00:00 +0000", b" 1-Jan-2026 10:60:00 +0000"]):
+        client.send(b'd%d APPEND Dates "%s" {5+}\r\nhello\r\n' % (n, when))
+        assert client.until_tagged(f"d{n}")[-1].startswith(b"d%d BAD" % n)
+    client.send(b'd9 APPEND Dates " 1-Jan-2026 23:59:60 +0000" {5+}\r\nhello\r\n')
+    assert client.until_tagged("d9")[-1].startswith(b"d9 OK")
+    client.cmd("s1", "SELECT Dates")
+    lines = client.cmd("f1", "FETCH 1:* INTERNALDATE")
+    assert lines[:-1] == [b'* 1 FETCH (INTERNALDATE "01-Jan-2026 23:59:59 +0000")']
 
 
 def test_multiappend_and_appenduid(client):

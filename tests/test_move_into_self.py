@@ -4,7 +4,7 @@
 RFC 6851 3.3 lets a client move messages to the selected mailbox itself; the answer is the
 messages' new UIDs in ``COPYUID``, the ``EXPUNGE`` of the old ones and an ``EXISTS`` for the new
 ones (4.3: the COPYUID in an untagged OK first).  COPY into the selected mailbox (RFC 3501
-6.4.7) adds copies.  Each conversation is compared with Dovecot's (tests/sessiondiff.py).  The
+6.4.7) adds copies.  Each conversation is compared with Dovecot's (tests/differential.py).  The
 move protocol of docs/decisions/0003 must stay crash-safe when source and target are one
 mailbox: after a crash at any point and the roll forward of its intent, every message is there
 exactly once and fsck finds nothing to repair.
@@ -15,9 +15,7 @@ from __future__ import annotations
 import threading
 
 import pytest
-from dovecot import PASSWORD, USER, Dovecot
-from imapproc import ServerProcess, make_users
-from sessiondiff import normalise, play
+from differential import PASSWORD, Done, Idle, Script, WaitFor, append, command_text, servers
 
 from mailstore import keys
 from mailstore.backends.embedded import EmbeddedBackend
@@ -28,54 +26,56 @@ from mailstore.records import MOVING, with_state
 from mailstore.store import MailStore
 from tests.mailgen import message
 
-SETUP = [("A", "APPEND INBOX (\\Seen) MSG"), ("A", "APPEND INBOX () MSG"),
-         ("A", "APPEND INBOX (\\Seen $kw) MSG"), ("A", "APPEND INBOX () MSG"),
+MSG = b"From: a@example.com\r\nSubject: hi\r\nMessage-ID: <k@example.com>\r\n\r\nbody\r\n"
+
+SETUP = [("A", append("INBOX", MSG, "\\Seen")), ("A", append("INBOX", MSG)),
+         ("A", append("INBOX", MSG, "\\Seen $kw")), ("A", append("INBOX", MSG)),
          ("A", "SELECT INBOX"), ("B", "SELECT INBOX")]
 
-SCRIPTS = {
-    "move": SETUP + [
+SCRIPTS = [
+    Script("move", SETUP + [
         ("A", "MOVE 1 INBOX"), ("B", "NOOP"), ("A", "MOVE 2:3 INBOX"), ("B", "NOOP"),
-        ("A", "FETCH 1:* (UID FLAGS)"), ("B", "FETCH 1:* (UID FLAGS)")],
-    "uid-move": SETUP + [
+        ("A", "FETCH 1:* (UID FLAGS)"), ("B", "FETCH 1:* (UID FLAGS)")]),
+    Script("uid-move", SETUP + [
         ("A", "UID MOVE 2,4 INBOX"), ("B", "NOOP"), ("A", "UID MOVE 1:* INBOX"), ("B", "NOOP"),
-        ("A", "UID MOVE 99 INBOX"), ("A", "UID FETCH 1:* FLAGS"), ("B", "UID FETCH 1:* FLAGS")],
-    "copy": SETUP + [
+        ("A", "UID MOVE 99 INBOX"), ("A", "UID FETCH 1:* FLAGS"), ("B", "UID FETCH 1:* FLAGS")]),
+    Script("copy", SETUP + [
         ("A", "COPY 1 INBOX"), ("B", "NOOP"), ("A", "UID COPY 2:3 INBOX"), ("B", "NOOP"),
-        ("A", "COPY 1:* INBOX"), ("B", "NOOP"), ("A", "FETCH 1:* (UID FLAGS)")],
+        ("A", "COPY 1:* INBOX"), ("B", "NOOP"), ("A", "FETCH 1:* (UID FLAGS)")]),
     # In IDLE, the other session hears the move as it happens.
-    "idle": SETUP + [("B", "IDLE"), ("A", "MOVE 3 INBOX"), ("B", "DONE 2"),
-                     ("B", "IDLE"), ("A", "UID COPY 1 INBOX"), ("B", "DONE 1")],
-}
+    Script("idle", SETUP + [
+        ("B", Idle()), ("A", "MOVE 3 INBOX"), ("B", WaitFor(r"EXISTS")), ("B", Done()),
+        ("B", Idle()), ("A", "UID COPY 1 INBOX"), ("B", WaitFor(r"EXISTS")), ("B", Done())]),
+]
 
 
-@pytest.fixture
-def data_dir(tmp_path):
-    path = str(tmp_path / "data")
-    make_users(path, (USER, PASSWORD))
-    return path
+@pytest.fixture(scope="module")
+def differential(tmp_path_factory):
+    with servers(tmp_path_factory.mktemp("move-into-self")) as pair:
+        yield pair
 
 
-@pytest.mark.parametrize("name", sorted(SCRIPTS))
-def test_move_and_copy_into_the_selected_mailbox_as_dovecot(name, data_dir, tmp_path):
+@pytest.mark.parametrize("script", SCRIPTS, ids=lambda s: s.name)
+def test_move_and_copy_into_the_selected_mailbox_as_dovecot(differential, script):
     """RFC 6851 3.3, 4.3 and RFC 3501 6.4.7 (issue 11, case 6): MOVE, UID MOVE, COPY and
     UID COPY into the selected mailbox answer OK with COPYUID, EXPUNGE and EXISTS in Dovecot's
-    order, in this session and in another one."""
-    with ServerProcess(data_dir) as server:
-        ours = play(server.port, SCRIPTS[name])
-    with Dovecot(tmp_path / "dovecot") as dovecot:
-        theirs = play(dovecot.port, SCRIPTS[name])
-    assert normalise(ours) == normalise(theirs)
+    order, in this session and in another one (tests/differential.py says what is
+    normalised)."""
+    differential.run(script)
 
 
-def test_move_into_the_selected_mailbox_transcript(data_dir):
+def test_move_into_the_selected_mailbox_transcript(differential):
     """RFC 6851 4.3: the exact responses to MOVE into the selected mailbox."""
-    with ServerProcess(data_dir) as server:
-        out = play(server.port, SETUP + [("A", "MOVE 1:2 INBOX"), ("B", "NOOP")])
-    validity = out[0][3].split(b"[APPENDUID ")[1].split()[0]
-    assert out[-2][2:] == ([b"* OK [COPYUID %s 1:2 5:6] Moved\r\n" % validity,
-                            b"* 2 EXPUNGE\r\n", b"* 1 EXPUNGE\r\n", b"* 4 EXISTS\r\n"],
-                           b"t7 OK MOVE completed\r\n")
-    assert out[-1][2] == [b"* 2 EXPUNGE\r\n", b"* 1 EXPUNGE\r\n", b"* 4 EXISTS\r\n"]
+    differential.ours.add_user("move-transcript", PASSWORD)
+    out = differential.play(differential.ours, Script("t", SETUP + [
+        ("A", "MOVE 1:2 INBOX"), ("B", "NOOP")]), "move-transcript")
+    raw = {(e.client, command_text(e)): [r.raw for r in e.responses] for e in out}
+    first = raw["A", f"APPEND INBOX (\\\\Seen) {{{len(MSG)}+}}"][0]
+    validity = first.split(b"[APPENDUID ")[1].split()[0]
+    assert raw["A", "MOVE 1:2 INBOX"] == [b"* OK [COPYUID %s 1:2 5:6] Moved" % validity,
+                                          b"* 2 EXPUNGE", b"* 1 EXPUNGE", b"* 4 EXISTS",
+                                          b"A7 OK MOVE completed"]
+    assert raw["B", "NOOP"][:-1] == [b"* 2 EXPUNGE", b"* 1 EXPUNGE", b"* 4 EXISTS"]
 
 
 WRITES = ("put", "delete", "mutate_rows", "increment", "increment_many", "check_and_put",

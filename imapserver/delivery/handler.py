@@ -52,6 +52,9 @@ class DeliveryHandler:
         return [*responses[:-1], "250-PIPELINING", responses[-1]]
 
     async def handle_MAIL(self, server, session, envelope, address, mail_options):
+        """Refuse a reverse-path holding bytes that are not UTF-8 (RFC 5321 4.1.2, RFC 6531)."""
+        if not _is_utf8(address):
+            return replies.MALFORMED_SENDER
         # What aiosmtpd does without this hook, and the start of the transaction's clock.
         envelope.mail_from = address
         envelope.mail_options.extend(mail_options)
@@ -75,6 +78,8 @@ class DeliveryHandler:
 
     async def _check_recipient(self, address: str) -> tuple[str, tuple[str, str] | None]:
         """The reply to RCPT ``address``, and its (user, mailbox) if it is accepted."""
+        if not _is_utf8(address):  # RFC 5321 4.1.2, RFC 6531: ASCII or UTF-8
+            return replies.MALFORMED_RCPT, None
         try:
             parsed = parse_recipient(address, self.settings.domains,
                                      self.settings.plus_addressing)
@@ -198,6 +203,16 @@ def _targets(envelope) -> list[tuple[str, str]]:
     if targets is None:
         targets = envelope.delivery_targets = []
     return targets
+
+
+def _is_utf8(text: str) -> bool:
+    """False for text holding bytes that are not UTF-8: aiosmtpd decodes a command's argument
+    with ``surrogateescape``, and a reply echoing such an address cannot be encoded."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _peer_ip(session) -> str | None:

@@ -69,6 +69,15 @@ class _StoreReplies:
         if getattr(self, "envelope", None) is not None:
             self.event_handler.end_transaction(self.session, self.envelope)
 
+    def _getaddr(self, arg):
+        # aiosmtpd lets the stdlib address parser fail only with HeaderParseError, but
+        # ``MAIL FROM:< `` makes it raise IndexError, which aiosmtpd answers "500 Error:
+        # (IndexError)" and logs as a session exception.  (None, None) is its "malformed" answer.
+        try:
+            return super()._getaddr(arg)
+        except (IndexError, ValueError):
+            return None, None
+
     @syntax("DATA")
     async def smtp_DATA(self, arg):
         self.in_data = True

@@ -41,6 +41,12 @@ def protocol_keyword(lmtp: bool, extended: bool, utf8: bool) -> str:
     return "ESMTP" if extended else "SMTP"
 
 
+def _printable(name: str) -> str:
+    """A client-given name with the bytes that are not UTF-8 (kept by aiosmtpd as surrogates)
+    written as ``\\xNN``: the HELO name is recorded as sent, not refused (RFC 5321 4.1.4)."""
+    return name.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+
+
 def trace_fields(*, sender: str, recipients: list[str], helo: str | None, peer: str | None,
                  hostname: str, protocol: str, delivery: str,
                  when: datetime.datetime | None = None) -> bytes:
@@ -57,7 +63,7 @@ def trace_fields(*, sender: str, recipients: list[str], helo: str | None, peer: 
     single = recipients[0] if len(recipients) == 1 else None
     if single:
         lines.append(f"Delivered-To: {single}")
-    source = f"from {helo or 'unknown'}"
+    source = f"from {_printable(helo) if helo else 'unknown'}"
     if peer:
         source += f" ([{peer}])" if ":" not in peer else f" ([IPv6:{peer}])"
     received = f"Received: {source}\r\n\tby {hostname} with {protocol} id {delivery}"

@@ -29,12 +29,13 @@ _OPERATION_OF_FUNCTION = {
     "_list_data": "list_mailboxes", "_recent_counts": "mailbox_status",
     "create_mailbox": "create_mailbox", "rename_mailbox": "rename_mailbox",
     "subscribe": "subscribe", "unsubscribe": "unsubscribe", "_render_batch": "fetch",
-    "_next_chunk": "read_content",
+    "_next_chunk": "read_content", "retest_contexts": "search",
+    "_deleted_counts": "mailbox_status", "quota": "quota",
 }
 _OPERATION_OF_COMMAND = {  # closures (``def run()``) of these commands
     "DELETE": "delete_mailbox", "STATUS": "mailbox_status", "APPEND": "append",
     "CLOSE": "expunge", "EXPUNGE": "expunge", "STORE": "store_flags", "COPY": "copy",
-    "MOVE": "move", "SEARCH": "search",
+    "MOVE": "move", "SEARCH": "search", "SORT": "search", "THREAD": "search",
 }
 
 

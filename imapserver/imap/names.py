@@ -62,7 +62,12 @@ def encode_name(name: str) -> bytes:
 
 
 def pattern_regex(reference: str, pattern: str) -> re.Pattern:
-    """LIST matching: ``*`` matches anything, ``%`` anything but the delimiter (6.3.8)."""
+    """LIST matching: ``*`` matches anything, ``%`` anything but the delimiter (6.3.8).
+
+    INBOX is case-insensitive (RFC 3501 5.1), also where wildcards match it: ``*box`` and
+    ``in%`` list INBOX, as in Dovecot.  Other names match case-sensitively; a pattern that
+    starts with INBOX in any case reaches INBOX's children too.
+    """
     full = reference + pattern
     out = []
     for ch in full:
@@ -76,7 +81,7 @@ def pattern_regex(reference: str, pattern: str) -> re.Pattern:
     # INBOX is case-insensitive, also as a pattern prefix.
     if full[:5].upper() == "INBOX" and (len(full) == 5 or full[5] in (DELIMITER, "*", "%")):
         regex = "(?i:INBOX)" + "".join(out[5:])
-    return re.compile("^" + regex + "$", re.DOTALL)
+    return re.compile("^(?:(?=INBOX$)(?i:" + regex + ")|" + regex + ")$", re.DOTALL)
 
 
 def lsub_names(subscribed, reference: str, pattern: str) -> list[tuple[str, bool]]:

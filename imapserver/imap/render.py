@@ -260,6 +260,8 @@ def rfc822_size(size: int) -> bytes:
 ENVELOPE, BODY, HEADER, CONTENT = "envelope", "body", "header", "content"
 """What a FETCH item needs read: the stored envelope / body structure / top-level header
 (``MessageView`` attributes) or the raw message (``MailStore.open_message``)."""
+PREVIEW = "preview"
+"""The stored RFC 8970 preview (``MessageView.preview``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -268,7 +270,9 @@ class FetchItem:
 
     ``kind`` is the attribute without its section: ``ENVELOPE``, ``FLAGS``, ``INTERNALDATE``,
     ``RFC822``, ``RFC822.HEADER``, ``RFC822.SIZE``, ``RFC822.TEXT``, ``BODY``,
-    ``BODYSTRUCTURE``, ``UID``, or ``BODY[]`` for ``BODY[...]`` and ``BODY.PEEK[...]``.
+    ``BODYSTRUCTURE``, ``UID``, ``EMAILID``, ``THREADID`` (RFC 8474), ``SAVEDATE`` (RFC
+    8514), ``PREVIEW`` (RFC 8970; ``lazy`` for its LAZY modifier), or ``BODY[]`` for
+    ``BODY[...]`` and ``BODY.PEEK[...]``.
 
     ``name`` is what the response is labelled with: ``BODY[...]`` even for BODY.PEEK, the
     section as :attr:`Section.name` spells it, and only the origin of a partial
@@ -289,6 +293,7 @@ class FetchItem:
     needs: frozenset[str] = frozenset()
     section: Section | None = None
     partial: tuple[int, int] | None = None
+    lazy: bool = False
 
 
 _SIMPLE = {
@@ -305,7 +310,12 @@ _SIMPLE = {
                                Section((), "HEADER", (), "HEADER")),
     "RFC822.TEXT": FetchItem("RFC822.TEXT", "RFC822.TEXT", True, frozenset({CONTENT}),
                              Section((), "TEXT", (), "TEXT")),
+    "EMAILID": FetchItem("EMAILID", "EMAILID"),
+    "THREADID": FetchItem("THREADID", "THREADID", needs=frozenset({HEADER})),
+    "SAVEDATE": FetchItem("SAVEDATE", "SAVEDATE"),
+    "PREVIEW": FetchItem("PREVIEW", "PREVIEW", needs=frozenset({PREVIEW})),
 }
+_LAZY_PREVIEW = FetchItem("PREVIEW", "PREVIEW", needs=frozenset({PREVIEW}), lazy=True)
 _MACROS = {
     "ALL": ("FLAGS", "INTERNALDATE", "RFC822.SIZE", "ENVELOPE"),
     "FAST": ("FLAGS", "INTERNALDATE", "RFC822.SIZE"),
@@ -352,13 +362,32 @@ def parse_fetch_item(text: str) -> FetchItem:
     return FetchItem("BODY[]", name, not peek, _needs(section), section, partial)
 
 
+def _once(items: list[FetchItem]) -> list[FetchItem]:
+    """``items`` with each item that has a name of its own once, first position kept.
+
+    ``BODY[section]`` items stay as asked, repeats included: like Dovecot, we answer each
+    section asked for (``BODY[]<0.5>`` twice gives it twice); RFC 3501 7.4.2 fixes neither.
+    """
+    seen: set[str] = set()
+    out: list[FetchItem] = []
+    for item in items:
+        if item.kind != "BODY[]":
+            if item.name in seen:
+                continue
+            seen.add(item.name)
+        out.append(item)
+    return out
+
+
 def parse_fetch_items(spec: Any) -> list[FetchItem]:
     """Parse the FETCH argument after the sequence set, as :func:`wire.tokenize` gives it.
 
     :param spec: an :class:`~imapserver.imap.wire.Atom` (one item, or the macro ``ALL``,
                  ``FAST`` or ``FULL``) or a ``list`` of atoms (macros are not allowed in a
                  list, RFC 3501 section 6.4.5)
-    :return: the items in the order given, duplicates kept
+    :return: the items in the order given, each once (RFC 3501 7.4.2: a FETCH response
+             carries a data item once; Dovecot answers ``(UID FLAGS UID)`` with one UID),
+             except ``BODY[section]`` items, answered as often as asked (as Dovecot does)
     :raises ValueError: with the reason, for anything malformed (a BAD response)
     """
     if isinstance(spec, Atom):
@@ -370,11 +399,31 @@ def parse_fetch_items(spec: Any) -> list[FetchItem]:
         if not spec:
             raise ValueError("empty FETCH item list")
         items = []
-        for token in spec:
+        for i, token in enumerate(spec):
+            if isinstance(token, list) and items and items[-1].kind == "PREVIEW" \
+                    and not isinstance(spec[i - 1], list):
+                items[-1] = preview_item(token)  # its modifiers (RFC 8970 section 6)
+                continue
             if not isinstance(token, Atom):
                 raise ValueError("FETCH items must be atoms")
             if token.upper() in _MACROS:
                 raise ValueError(f"{token} cannot be used inside a list")
             items.append(parse_fetch_item(token))
-        return items
+        return _once(items)
     raise ValueError("expected a FETCH item or a list of them")
+
+
+def preview_item(modifiers: list) -> FetchItem:
+    """PREVIEW with its modifier list (RFC 8970 section 6)::
+
+        fetch-att   =/ "PREVIEW" [SP "(" preview-mod *(SP preview-mod) ")"]
+        preview-mod =  "LAZY"
+
+    :raises ValueError: for an empty list or a modifier other than LAZY
+    """
+    if not modifiers:
+        raise ValueError("empty PREVIEW modifier list")
+    for mod in modifiers:
+        if not isinstance(mod, Atom) or mod.upper() != "LAZY":
+            raise ValueError(f"{mod!s} is not a supported PREVIEW modifier")
+    return _LAZY_PREVIEW

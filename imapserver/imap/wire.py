@@ -59,7 +59,7 @@ def tokenize(segments: list) -> list:
     ParseError for malformed input.
     """
     stack: list[list] = [[]]
-    for index, segment in enumerate(segments):
+    for index, segment in enumerate(_fold_section_literals(segments)):
         if index % 2 == 1:  # a literal
             stack[-1].append(Literal(segment) if isinstance(segment, bytes) else segment)
             continue
@@ -67,6 +67,63 @@ def tokenize(segments: list) -> list:
     if len(stack) != 1:
         raise ParseError("unbalanced parentheses")
     return stack[0]
+
+
+_ANNOUNCEMENT = re.compile(rb"~?\{[0-9]+\+?\}\Z")
+
+
+def _fold_section_literals(segments: list) -> list:
+    """``segments`` with each literal that stands inside a section's brackets written into its
+    line as a quoted string.
+
+    RFC 3501 section 9: ``header-fld-name = astring``, so ``BODY[HEADER.FIELDS ({7}`` CRLF
+    ``Subject)]`` names the field Subject.  A section is one atom here (see the module
+    docstring), so its literal joins the line, quoted as Dovecot echoes it
+    (``BODY[HEADER.FIELDS ("SUBJECT")]``).  A field name cannot hold CR, LF, NUL or 8-bit
+    octets (RFC 5322 2.2: printable US-ASCII), so such a literal is a ParseError.
+    """
+    out = [segments[0]] if segments else []
+    for index in range(1, len(segments), 2):
+        literal, after = segments[index], segments[index + 1]
+        head = _ANNOUNCEMENT.sub(b"", out[-1])
+        if isinstance(literal, bytes) and _unclosed_section(head):
+            if not re.fullmatch(rb"[\x21-\x7e]*", literal):
+                raise ParseError("a header field name holds only printable US-ASCII")
+            quoted = b'"' + literal.replace(b"\\", b"\\\\").replace(b'"', b'\\"') + b'"'
+            out[-1] = head + quoted + after
+        else:
+            out += [literal, after]
+    return out
+
+
+_HEADER_LIST = re.compile(rb"(?:[0-9]+\.)*HEADER\.FIELDS(?:\.NOT)? \(", re.IGNORECASE)
+
+
+def _unclosed_section(line: bytes) -> bool:
+    """Whether ``line`` ends inside the header list of a section (``BODY[HEADER.FIELDS (``);
+    ``APPEND body[x {5}`` names a mailbox and its literal is a message."""
+    i, n = 0, len(line)
+    while i < n:
+        c = line[i]
+        if c == 0x22:
+            try:
+                _, i = _quoted(line, i)
+            except ParseError:
+                return False
+        elif c in (0x20, 0x28, 0x29):
+            i += 1
+        else:
+            start = i
+            while i < n and line[i] not in (0x20, 0x28, 0x29, 0x22, 0x5B):
+                i += 1
+            if i < n and line[i] == 0x5B:
+                if line[start:i].upper().decode("latin-1") in _SECTION_OWNERS:
+                    end = _section_end(line, i)
+                    if end < 0:
+                        return _HEADER_LIST.match(line, i + 1) is not None
+                    i = end
+                i += 1
+    return False
 
 
 def _scan_line(line: bytes, stack: list[list], literal_follows: bool) -> None:

@@ -36,6 +36,7 @@ from .base import (
     encode_counter,
     scan_bounds,
 )
+from .private import private_dir, private_file
 
 _SYNC_MODES = ("NORMAL", "FULL")
 _LOST_GROUP = "embedded store: the group's transaction was rolled back by an earlier error"
@@ -378,8 +379,11 @@ def _commit(db: sqlite3.Connection) -> None:
 class EmbeddedBackend(Backend):
     """HBase's data model in ``<data_dir>/store.sqlite3``.
 
-    ``data_dir`` is created if missing.  ``synchronous``: FULL makes :meth:`sync` fsync the
-    write-ahead log (durable on power loss); NORMAL makes it a no-op (durable on process crash).
+    ``data_dir`` is created if missing, mode 0700, and the database in it 0600, whatever the
+    umask; an existing directory or database that the group or others can reach raises
+    :class:`~mailstore.errors.SharedPermissions` unless ``allow_shared_permissions`` (see
+    ``private.py``).  ``synchronous``: FULL makes :meth:`sync` fsync the write-ahead log
+    (durable on power loss); NORMAL makes it a no-op (durable on process crash).
     ``busy_timeout`` is how long, in seconds, a writer waits for another process's write to
     finish before reporting the backend unavailable.
     """
@@ -387,11 +391,16 @@ class EmbeddedBackend(Backend):
     name = "embedded"
 
     def __init__(self, data_dir: str, synchronous: str = "FULL", busy_timeout: float = 30.0,
-                 **_ignored: object):
+                 allow_shared_permissions: bool = False, **_ignored: object):
         if str(synchronous).upper() not in _SYNC_MODES:
             raise ValueError(f"synchronous must be one of {', '.join(_SYNC_MODES)}")
-        os.makedirs(data_dir, exist_ok=True)
         self.path = os.path.join(data_dir, "store.sqlite3")
+        # Before SQLite opens it: SQLite would create the file with 0644 minus the umask.
+        try:
+            private_dir(data_dir, allow_shared_permissions)
+            private_file(self.path, allow_shared_permissions)
+        except OSError as exc:
+            raise BackendUnavailable(f"cannot open {self.path}: {exc}") from exc
         self.synchronous = str(synchronous).upper()
         self.busy_timeout = float(busy_timeout)
         self._local = threading.local()

@@ -59,11 +59,14 @@ def changes_lines(changes: Changes, with_uid: bool = True, readonly: bool = Fals
     EXPUNGE, FETCH, EXISTS, RECENT.  Dovecot's order, except that Dovecot puts its FETCHes
     before the EXPUNGEs (numbered as before them) where ours follow them (numbered after):
     RFC 3501 7.4.1 allows both.  A FETCH names only messages the client knew, so it may come
-    before the EXISTS that announces new ones.  With CONDSTORE enabled in ``session`` a FETCH
-    carries MODSEQ (RFC 7162 3.1.4.1); with QRESYNC, expunges go as one VANISHED instead of
-    EXPUNGEs (3.2.10)."""
+    before the EXISTS that announces new ones.  CONTEXT=SEARCH updates (RFC 5267 4.3.3,
+    4.3.4) surround them: REMOVEFROMs for expunged messages before the EXPUNGEs, the rest
+    (numbered after every change) last, as Dovecot sends them.  With CONDSTORE enabled in
+    ``session`` a FETCH carries MODSEQ (RFC 7162 3.1.4.1); with QRESYNC, expunges go as one
+    VANISHED instead of EXPUNGEs (3.2.10), still after the REMOVEFROMs."""
     condstore, qresync = modseq_modes(session)
     lines = flags_lines(changes.keywords, readonly) if changes.keywords else []
+    lines += changes.context_before
     if qresync and changes.expunged_uids:
         lines.append(vanished_line(changes.expunged_uids))
     elif not qresync:
@@ -79,6 +82,7 @@ def changes_lines(changes: Changes, with_uid: bool = True, readonly: bool = Fals
         lines.append(b"%d EXISTS" % changes.exists)
     if changes.recent is not None:
         lines.append(b"%d RECENT" % changes.recent)
+    lines += changes.context_after
     return lines
 
 

@@ -3,6 +3,8 @@ r"""FETCH (RFC 3501 6.4.5, 7.4.2) and UID FETCH (6.4.8).
     fetch = "FETCH" SP sequence-set SP ("ALL" / "FULL" / "FAST" / fetch-att /
             "(" fetch-att *(SP fetch-att) ")") [SP "(" fetch-modifier *(SP fetch-modifier) ")"]
     fetch-att =/ "MODSEQ"                                               ; RFC 7162 3.1.4.2
+    fetch-att =/ "PREVIEW" [SP "(" preview-mod *(SP preview-mod) ")"]   ; RFC 8970 6
+    preview-mod = "LAZY"
     fetch-modifier = "CHANGEDSINCE" SP mod-sequence-valzer              ; RFC 7162 3.1.4.1
                    / "VANISHED"                       ; UID FETCH under QRESYNC, RFC 7162 3.2.6
 
@@ -36,16 +38,19 @@ from twisted.internet import defer
 
 from mailstore.errors import Expunged
 from mailstore.index import Marks
-from mailstore.messages import BODY, ENVELOPE, HEADER, SUMMARY
+from mailstore.messages import BODY, ENVELOPE, HEADER, PREVIEW, SUMMARY
 
 from ..context import SELECTED, Bad, No, command
+from ..object_items import OBJECT_KINDS, object_item
 from ..qresync import missing, ranges_text
 from ..render import BODY as NEED_BODY
 from ..render import CONTENT, bodystructure, envelope, internaldate, parse_fetch_items
 from ..render import ENVELOPE as NEED_ENVELOPE
 from ..render import HEADER as NEED_HEADER
+from ..render import PREVIEW as NEED_PREVIEW
 from ..sections import iter_section, resolve
 from ..seqset import SeqSet, parse_seqset
+from ..wire import Atom
 from .common import (
     announce_keywords,
     enable_condstore,
@@ -87,6 +92,8 @@ def _columns(needs: set[str]) -> list[bytes]:
         columns.append(BODY)
     if NEED_HEADER in needs or CONTENT in needs:
         columns.append(HEADER)
+    if NEED_PREVIEW in needs:
+        columns.append(PREVIEW)
     return columns
 
 
@@ -144,6 +151,12 @@ def _render_batch(store, mailbox, batch, columns, items, set_seen, seq_of, own,
             elif kind in ("BODY", "BODYSTRUCTURE"):
                 parts.append(kind.encode() + b" " +
                              bodystructure(view.body, extended=kind == "BODYSTRUCTURE"))
+            elif kind in OBJECT_KINDS:
+                try:
+                    parts.append(object_item(store, mailbox, view, item))
+                except Expunged:
+                    lost = True
+                    break
             else:
                 plan = resolve(item.section, view.body, view.header, view.record.size,
                                view.record.header_size)
@@ -184,11 +197,20 @@ def _next_chunk(chunks):
     return next(chunks, None)
 
 
-def _modifiers(ctx, uid_mode: bool) -> tuple[int | None, bool]:
+FETCH_MODIFIERS = ("CHANGEDSINCE", "VANISHED")
+
+
+def _preview_modifiers(arg) -> bool:
+    """Whether ``arg``, the list after a lone ``PREVIEW``, is PREVIEW's modifiers (``(LAZY)``,
+    RFC 8970 section 6) rather than FETCH's (RFC 7162 3.1.4.1, 3.2.6)."""
+    return isinstance(arg, list) and not any(
+        isinstance(m, str) and m.upper() in FETCH_MODIFIERS for m in arg)
+
+
+def _modifiers(mods, uid_mode: bool) -> tuple[int | None, bool]:
     """(CHANGEDSINCE value or None, VANISHED) from FETCH's optional modifier list."""
-    if len(ctx.args) < 3:
+    if mods is None:
         return None, False
-    mods = ctx.args[2]
     if not isinstance(mods, list) or not mods:
         raise Bad("FETCH modifiers must be a parenthesized list")
     since, vanished = None, False
@@ -249,14 +271,22 @@ def _changed_uids(store, selected, since: int, uids: list[int]) -> list[int]:
 
 @defer.inlineCallbacks
 def fetch_command(ctx, uid_mode: bool):
-    ctx.expect_args(2, 3)
+    ctx.expect_args(2, 4)
     selected = ctx.session.selected
     uids = resolve_set(ctx, ctx.args[0], uid_mode)
+    spec, *rest = ctx.args[1:]
+    if rest and isinstance(spec, Atom) and spec.upper() == "PREVIEW" \
+            and _preview_modifiers(rest[0]):
+        # RFC 8970 section 6: a lone fetch-att may be PREVIEW with its modifiers, which may
+        # be followed by the command's own (RFC 7162's CHANGEDSINCE, VANISHED).
+        spec = [spec, rest.pop(0)]
+    if len(rest) > 1:
+        raise Bad(f"{ctx.name} takes at most one list of fetch modifiers")
     try:
-        items = parse_fetch_items(ctx.args[1])
+        items = parse_fetch_items(spec)
     except ValueError as exc:
         raise Bad(str(exc)) from None
-    changed_since, vanished = _modifiers(ctx, uid_mode)
+    changed_since, vanished = _modifiers(rest[0] if rest else None, uid_mode)
     from ..render import parse_fetch_item
     if changed_since is not None or any(i.kind == "MODSEQ" for i in items):
         yield enable_condstore(ctx)  # RFC 7162 3.1: CONDSTORE-enabling

@@ -4,7 +4,8 @@
                                                ; RFC 3501 6.3.1, RFC 4466 2.1, RFC 7162
                                                ; (select-param: ../qresync.py)
     examine     = "EXAMINE" SP mailbox [...]   ; 6.3.2, as SELECT
-    create      = "CREATE" SP mailbox          ; 6.3.3 (RFC 6154 USE is not offered)
+    create      = "CREATE" SP mailbox [SP "(" "USE" SP "(" [use-attr *(SP use-attr)] ")" ")"]
+                                               ; 6.3.3, RFC 4466 create-param, RFC 6154 3
     delete      = "DELETE" SP mailbox          ; 6.3.4
     rename      = "RENAME" SP mailbox SP mailbox                         ; 6.3.5
     subscribe   = "SUBSCRIBE" SP mailbox / "UNSUBSCRIBE" SP mailbox      ; 6.3.6, 6.3.7
@@ -12,6 +13,9 @@
                   [SP list-return-opts]                     ; 6.3.8, RFC 5258, 6154, 5819
     lsub        = "LSUB" SP mailbox SP list-mailbox         ; 6.3.9
     status      = "STATUS" SP mailbox SP "(" status-att *(SP status-att) ")"   ; 6.3.10
+    status-att  =/ "SIZE"                      ; RFC 8438: sum of RFC822.SIZE, number64
+    status-att  =/ "MAILBOXID"                 ; RFC 8474 4.3: "MAILBOXID" SP "(" objectid ")"
+    resp-text-code =/ "MAILBOXID" SP "(" objectid ")"   ; RFC 8474 4.1: CREATE, SELECT, EXAMINE
     namespace   = "NAMESPACE"                  ; RFC 2342
     unselect    = "UNSELECT"                   ; RFC 3691
     close       = "CLOSE"                      ; 6.4.2
@@ -22,6 +26,7 @@ from __future__ import annotations
 from twisted.internet import defer
 
 from mailstore.errors import NotFound
+from mailstore.objectids import mailbox_id
 
 from ..context import AUTH, SELECTED, Bad, No, command
 from ..names import (
@@ -44,8 +49,11 @@ from .common import (
     modseq_modes,
     vanished_line,
 )
+from .quota import DELETED_ITEMS, deleted_values
+from .special_use import creatable_use
 
-STATUS_ITEMS = ("MESSAGES", "RECENT", "UIDNEXT", "UIDVALIDITY", "UNSEEN", "HIGHESTMODSEQ")
+STATUS_ITEMS = ("MESSAGES", "RECENT", "UIDNEXT", "UIDVALIDITY", "UNSEEN", "SIZE", "MAILBOXID",
+                *DELETED_ITEMS, "HIGHESTMODSEQ")
 
 
 def _open(store, user: str, name: str, readonly: bool, modseqs: bool = False,
@@ -112,6 +120,7 @@ def _select(ctx, readonly: bool):
     ctx.untagged(b"OK [UIDNEXT %d] Predicted next UID" % uidnext)
     # RFC 7162 3.1.2.1: on every SELECT and EXAMINE, CONDSTORE enabled or not.
     ctx.untagged(b"OK [HIGHESTMODSEQ %d] Highest" % highest)
+    ctx.untagged(b"OK [MAILBOXID (%s)] Ok" % mailbox_id(selected.mailbox.id).encode())
     for line in resync:
         ctx.untagged(line)
     ctx.finish(b"OK", f"{ctx.name} completed", "READ-ONLY" if readonly else "READ-WRITE")
@@ -130,11 +139,13 @@ def examine(ctx):
 @command("CREATE", AUTH, SELECTED)
 @defer.inlineCallbacks
 def create(ctx):
-    ctx.expect_args(1)
+    ctx.expect_args(1, 2)
     name = decode_name(ctx.args[0]).rstrip(DELIMITER)  # RFC 3501: a trailing delimiter is ok
+    use = creatable_use(ctx.args[1]) if len(ctx.args) == 2 else None
     if name.upper() == "INBOX":
         raise No("INBOX always exists", "ALREADYEXISTS")
-    yield ctx.call(ctx.store.create_mailbox, ctx.session.user, name)
+    mailbox = yield ctx.call(ctx.store.create_mailbox, ctx.session.user, name, use)
+    ctx.finish(b"OK", "CREATE completed", f"MAILBOXID ({mailbox_id(mailbox.id)})")
 
 
 @command("DELETE", AUTH, SELECTED)
@@ -306,10 +317,18 @@ def _highests(store, mailboxes) -> dict[bytes, int]:
     return {m.id: store.highest_modseq(m) for m in mailboxes}
 
 
-def _status_line(mailbox, items: list[str], recent: int = 0, highest: int = 0) -> bytes:
+def _deleted_counts(store, mailboxes, items) -> dict[bytes, dict[str, int]]:
+    return {m.id: deleted_values(store, m, items) for m in mailboxes}
+
+
+def _status_line(mailbox, items: list[str], recent: int = 0,
+                 extra: dict[str, int] | None = None) -> bytes:
+    # SIZE is the mailbox's size counter, which every append, copy, move and expunge keeps
+    # (docs/decisions/0004; fsck repairs it): RFC 8438 asks for the sum of RFC822.SIZE.
+    # ``extra``: the items worked out apart (DELETED, DELETED-STORAGE, HIGHESTMODSEQ).
     values = {"MESSAGES": mailbox.messages, "RECENT": recent, "UIDNEXT": mailbox.uidnext,
               "UIDVALIDITY": mailbox.uidvalidity, "UNSEEN": mailbox.unseen,
-              "HIGHESTMODSEQ": highest}
+              "SIZE": mailbox.size, "MAILBOXID": f"({mailbox_id(mailbox.id)})", **(extra or {})}
     body = " ".join(f"{item} {values[item]}" for item in items)
     return b"STATUS " + encode_name(mailbox.name) + b" (" + body.encode() + b")"
 
@@ -323,13 +342,15 @@ def list_(ctx):
         ctx.untagged(b'LIST (\\Noselect) "/" ""')
         return
     mailboxes, subscribed = yield ctx.call(_list_data, ctx.store, ctx.session.user)
-    recents = {}
+    recents, deleted = {}, {}
     if req.status and "RECENT" in req.status:
         recents = yield ctx.call(_recent_counts, ctx.store, mailboxes, ctx.session.selected)
     highests = {}
     if req.status and "HIGHESTMODSEQ" in req.status:
         yield enable_condstore(ctx)
         highests = yield ctx.call(_highests, ctx.store, mailboxes)
+    if req.status and set(req.status) & set(DELETED_ITEMS):
+        deleted = yield ctx.call(_deleted_counts, ctx.store, mailboxes, req.status)
     by_name = {m.name: m for m in mailboxes}
     names = set(by_name)
     regexes = [pattern_regex(reference, p) for p in patterns
@@ -377,7 +398,9 @@ def list_(ctx):
         lines.append(line)
         if req.status and mailbox is not None:
             lines.append(_status_line(mailbox, req.status, recents.get(mailbox.id, 0),
-                                      highests.get(mailbox.id, 0)))
+                                      {**deleted.get(mailbox.id, {}),
+                                       **({"HIGHESTMODSEQ": highests[mailbox.id]}
+                                          if mailbox.id in highests else {})}))
     for line in lines:
         ctx.untagged(line)
 
@@ -413,11 +436,13 @@ def status(ctx):
     def run():
         mailbox = ctx.store.mailbox(ctx.session.user, name)
         recent = _recent(ctx.store, mailbox, selected) if "RECENT" in items else 0
-        highest = ctx.store.highest_modseq(mailbox) if "HIGHESTMODSEQ" in items else 0
-        return mailbox, recent, highest
+        extra = deleted_values(ctx.store, mailbox, items)
+        if "HIGHESTMODSEQ" in items:
+            extra["HIGHESTMODSEQ"] = ctx.store.highest_modseq(mailbox)
+        return mailbox, recent, extra
     try:
-        mailbox, recent, highest = yield ctx.call(run)
+        mailbox, recent, extra = yield ctx.call(run)
     except NotFound:
         raise No(f"Mailbox does not exist: {name}", "NONEXISTENT") from None
-    ctx.untagged(_status_line(mailbox, items, recent, highest))
+    ctx.untagged(_status_line(mailbox, items, recent, extra))
 

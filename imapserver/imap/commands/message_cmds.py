@@ -9,12 +9,14 @@
                (flag-list / (flag *(SP flag)))  ; 6.4.6, RFC 7162 3.1.3
     copy     = "COPY" SP sequence-set SP mailbox          ; 6.4.7, COPYUID (RFC 4315)
     move     = "MOVE" SP sequence-set SP mailbox          ; RFC 6851
-    uid      = "UID" SP (copy / move / fetch / search / store / uid-exp)   ; 6.4.8
+    uid      = "UID" SP (copy / move / fetch / search / store / uid-exp / sort / thread)
+                                                          ; 6.4.8, RFC 5256
 """
 
 from __future__ import annotations
 
 import calendar
+import datetime
 import re
 
 from twisted.internet import defer
@@ -56,10 +58,16 @@ def uid_set_text(uids: list[int]) -> str:
 
 
 def resolve(ctx, token, uid_mode: bool) -> list[int]:
-    """The UIDs a sequence-set argument names in the selected mailbox (ascending)."""
+    """The UIDs a sequence-set argument names in the selected mailbox (ascending).
+
+    ``$`` is the saved search result (RFC 5182 2.1), the same messages in a UID command and
+    in one numbered by sequence; empty when nothing was saved since SELECT.  Only ``$`` alone:
+    RFC 5182's grammar has no ``$`` inside a set (Dovecot: BAD)."""
     if not isinstance(token, (Atom, bytes)):
         raise Bad("expected a sequence set")
     text = token if isinstance(token, str) else token.decode("ascii", "replace")
+    if text == "$":
+        return ctx.session.selected.saved_uids()
     try:
         return parse_seqset(text).resolve_uids(ctx.session.selected.uids, uid_mode)
     except ValueError as exc:
@@ -76,7 +84,15 @@ def _existing(store, user: str, name: str):
 
 
 def parse_date_time(raw: bytes) -> float:
-    """RFC 3501 date-time: "dd-Mon-yyyy hh:mm:ss +zzzz" (day may be space-padded)."""
+    """RFC 3501 date-time: "dd-Mon-yyyy hh:mm:ss +zzzz" (day may be space-padded).
+
+    An impossible date or time (31-Feb, 29-Feb of a common year, hour 24, minute 60) is BAD
+    rather than rolled over into another day: the client asked for a date that does not
+    exist, and storing another one in its place would be silent (RFC 3501 section 9
+    date-time; SEARCH dates are refused alike).  Second 60, a leap second (RFC 5322 3.3), is
+    taken as second 59 of the same minute, as Dovecot does, so the day stays the one the
+    client named.  Dovecot accepts impossible dates and stores the current time instead.
+    """
     try:
         text = raw.decode("ascii").strip()
         date_part, time_part, zone = text.split()
@@ -85,8 +101,12 @@ def parse_date_time(raw: bytes) -> float:
         sign = 1 if zone[0] == "+" else -1 if zone[0] == "-" else None
         if sign is None or len(zone) != 5 or month not in _MONTHS:
             raise ValueError
+        datetime.date(int(year), _MONTHS[month], int(day))  # ValueError if impossible
+        if not (0 <= hh < 24 and 0 <= mm < 60 and 0 <= ss <= 60):
+            raise ValueError
         offset = sign * (int(zone[1:3]) * 3600 + int(zone[3:5]) * 60)
-        stamp = calendar.timegm((int(year), _MONTHS[month], int(day), hh, mm, ss, 0, 0, 0))
+        stamp = calendar.timegm((int(year), _MONTHS[month], int(day), hh, mm, min(ss, 59),
+                                 0, 0, 0))
         return float(stamp - offset)
     except (ValueError, IndexError, UnicodeDecodeError):
         raise Bad(f"Invalid date-time: {raw!r}") from None
@@ -221,6 +241,9 @@ def _store(ctx, uid_mode: bool):
             selected.mailbox, [u for u in uids if u not in set(failed)])
     changed, failed, views = yield ctx.call(run)
     selected.note_own_flags(changed)  # .SILENT too: the client knows what it set
+    updates = []
+    if selected.contexts and changed:
+        updates = yield ctx.call(selected.retest_contexts, [uid for uid, _flags in changed])
     # A keyword new to the client is announced before the FETCH that shows it, .SILENT or
     # not (RFC 3501 7.2.6; Dovecot does the same).
     announce_keywords(ctx, (name for view in views for name in view.flags.names))
@@ -243,6 +266,8 @@ def _store(ctx, uid_mode: bool):
         if condstore:
             item += b" " + modseq_item(view.modseq)
         ctx.untagged(b"%d FETCH (%s)" % (seq, item))
+    for line in updates:  # RFC 5267 4.3.2: after the FETCH that caused them
+        ctx.untagged(line)
     if failed:
         # RFC 7162 3.1.3: the messages whose MODSEQ was above UNCHANGEDSINCE, by UID for
         # UID STORE, else by sequence number.
@@ -317,6 +342,12 @@ def uid(ctx):
     if sub == "SEARCH":
         from .search_cmd import search_command
         return search_command(ctx, uid_mode=True)
+    if sub == "SORT":
+        from .sort_cmd import sort_command
+        return sort_command(ctx, uid_mode=True)
+    if sub == "THREAD":
+        from .sort_cmd import thread_command
+        return thread_command(ctx, uid_mode=True)
     if sub == "STORE":
         return _store(ctx, uid_mode=True)
     if sub == "COPY":
