@@ -31,6 +31,10 @@ _OPERATION_OF_FUNCTION = {
     "subscribe": "subscribe", "unsubscribe": "unsubscribe", "_render_batch": "fetch",
     "_next_chunk": "read_content", "retest_contexts": "search",
     "_deleted_counts": "mailbox_status", "quota": "quota",
+    # CONDSTORE/QRESYNC (RFC 7162): HIGHESTMODSEQ is mailbox status; CHANGEDSINCE's narrowing
+    # and VANISHED (EARLIER) belong to the FETCH that asked.
+    "_highests": "mailbox_status", "highest_modseq": "mailbox_status",
+    "_changed_uids": "fetch", "_vanished": "fetch",
 }
 _OPERATION_OF_COMMAND = {  # closures (``def run()``) of these commands
     "DELETE": "delete_mailbox", "STATUS": "mailbox_status", "APPEND": "append",
