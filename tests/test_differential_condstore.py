@@ -100,6 +100,20 @@ SCRIPTS = [
         ("B", append("INBOX", SEED[1][0], "$New", date(7))),
         ("C", Recall("SELECT INBOX (QRESYNC ({UIDVALIDITY} {FIRSTMODSEQ}))")),
     ], deliberate=(*MODSEQ, "store-reports-unchanged")),
+
+    # With the extensions beside CONDSTORE/QRESYNC: REMOVEFROM before VANISHED (RFC 5267
+    # 4.3.4, RFC 7162 3.2.10), MOVE into the selected mailbox (RFC 6851 3.3), STATUS SIZE
+    # beside HIGHESTMODSEQ.
+    Script("qresync-updates-and-move-into-self", [
+        *seed(),
+        *s("C", "ENABLE QRESYNC", "SELECT INBOX", "STORE 5 +FLAGS (\\Seen)",
+           "STORE 3 +FLAGS (\\Seen)"),
+        ("C", "SEARCH RETURN (UPDATE) UNDELETED"),
+        ("C", "STORE 2 +FLAGS.SILENT (\\Deleted)"),
+        ("C", "EXPUNGE"),
+        ("C", "UID MOVE 1 INBOX"),
+        ("C", "STATUS Sent (SIZE HIGHESTMODSEQ)"),
+    ], deliberate=MODSEQ),
 ]
 
 
