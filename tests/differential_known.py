@@ -481,9 +481,10 @@ def _modseq_value(value) -> bool:
 @deliberate("modseq-values",
             "MOD-SEQUENCE values are each server's own (RFC 7162 3.1: only 'strictly "
             "increasing' per mailbox; Dovecot gives every message of one STORE the same "
-            "MODSEQ, we one each): HIGHESTMODSEQ codes and STATUS items, FETCH MODSEQ items "
-            "and SEARCH's (MODSEQ n) read '<modseq>' on both sides; scripts take the values "
-            "they send from each server's own earlier answers (differential.Recall).")
+            "MODSEQ, we one each): HIGHESTMODSEQ codes and STATUS items, FETCH MODSEQ items, "
+            "SEARCH's (MODSEQ n) and ESEARCH's MODSEQ n read '<modseq>' on both sides; "
+            "scripts take the values they send from each server's own earlier answers "
+            "(differential.Recall).")
 def _modseq_values(ours: Event, dovecot: Event) -> bool:
     changed = False
     for event in (ours, dovecot):
@@ -500,6 +501,11 @@ def _modseq_values(ours: Event, dovecot: Event) -> bool:
                 for k in range(0, len(items) - 1, 2):
                     if word(items[k]) == b"HIGHESTMODSEQ":
                         items[k + 1] = b"<modseq>"
+                        changed = True
+            elif first == b"ESEARCH":
+                for k in range(1, len(data) - 1):
+                    if word(data[k]) == b"MODSEQ" and _modseq_value(data[k + 1]):
+                        data[k + 1] = b"<modseq>"
                         changed = True
             elif first == b"SEARCH" and data and isinstance(data[-1], list) \
                     and len(data[-1]) == 2 and word(data[-1][0]) == b"MODSEQ":

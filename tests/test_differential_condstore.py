@@ -15,6 +15,7 @@ from differential import Recall, Script, append, date, servers
 from test_differential import SEED, s, seed
 
 MODSEQ = ("modseq-values",)
+STORED = (("STORED", r"MODSEQ \((\d+)\)", 0),)
 
 SCRIPTS = [
     Script("condstore-enable-select-status", [
@@ -113,6 +114,21 @@ SCRIPTS = [
         ("C", "EXPUNGE"),
         ("C", "UID MOVE 1 INBOX"),
         ("C", "STATUS Sent (SIZE HIGHESTMODSEQ)"),
+    ], deliberate=MODSEQ),
+
+    # ESEARCH's MODSEQ (RFC 4731 3.2, RFC 7162 3.1.5): the highest of the messages returned.
+    Script("condstore-esearch-modseq", [
+        *seed(),
+        *s("C", "ENABLE CONDSTORE", "SELECT INBOX", "STORE 5 +FLAGS (\\Seen)",
+           "STORE 3 +FLAGS (\\Seen)"),
+        # {STORED}: the MODSEQ the first of those STOREs gave, on each server.
+        ("C", Recall("SEARCH RETURN (ALL) MODSEQ {STORED}", STORED)),
+        ("C", Recall("UID SEARCH RETURN (MAX COUNT) MODSEQ {STORED}", STORED)),
+        ("C", Recall("SEARCH RETURN (MIN) MODSEQ {STORED}", STORED)),
+        ("C", Recall("SEARCH RETURN (SAVE MAX) MODSEQ {STORED}", STORED)),
+        ("C", Recall("SEARCH RETURN (MIN MAX) MODSEQ {STORED}", STORED)),
+        ("C", Recall("SEARCH RETURN () MODSEQ {STORED}", STORED)),
+        ("C", "SEARCH RETURN (COUNT) MODSEQ 9223372036854775807"),
     ], deliberate=MODSEQ),
 ]
 

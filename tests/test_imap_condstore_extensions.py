@@ -101,6 +101,34 @@ def test_removefrom_goes_before_vanished(login):
     assert out[:2] == [b'* ESEARCH (TAG "q") REMOVEFROM (0 3)', b"* VANISHED 4"]
 
 
+def test_esearch_carries_modseq(login):
+    """RFC 4731 3.2 and RFC 7162 3.1.5: an ESEARCH answering a search with a MODSEQ key
+    carries MODSEQ, the highest of the messages returned (all found with ALL or COUNT, only
+    the MIN/MAX message otherwise); none when nothing is returned.  SEARCH without RETURN keeps
+    its (MODSEQ n)."""
+    a = login()
+    for i in range(4):
+        append(a, i)
+    highest = code(a.cmd("s", "SELECT INBOX"), b"HIGHESTMODSEQ")
+    a.cmd("t", "STORE 4 +FLAGS (\\Seen)")
+    a.cmd("t", "STORE 2 +FLAGS (\\Seen)")
+    mods = modseqs(a.cmd("f", "UID FETCH 1:* (MODSEQ)"))
+    assert mods[2] > mods[4]
+    top = max(mods[2], mods[4])
+    out = a.cmd("q", f"SEARCH RETURN (ALL) MODSEQ {highest + 1}")
+    assert out[0] == b'* ESEARCH (TAG "q") ALL 2,4 MODSEQ %d' % top
+    out = a.cmd("q", f"UID SEARCH RETURN (MAX COUNT) MODSEQ {highest + 1}")
+    assert out[0] == b'* ESEARCH (TAG "q") UID MAX 4 COUNT 2 MODSEQ %d' % top
+    out = a.cmd("q", f"SEARCH RETURN (MAX) MODSEQ {highest + 1}")
+    assert out[0] == b'* ESEARCH (TAG "q") MAX 4 MODSEQ %d' % mods[4]
+    out = a.cmd("q", f"SEARCH RETURN (COUNT) MODSEQ {top + 1}")
+    assert out[0] == b'* ESEARCH (TAG "q") COUNT 0'
+    out = a.cmd("q", f"SEARCH RETURN (COUNT) FLAGGED MODSEQ {highest + 1}")
+    assert out[0] == b'* ESEARCH (TAG "q") COUNT 0'
+    assert a.cmd("q", "SEARCH RETURN (ALL) SEEN")[0] == b'* ESEARCH (TAG "q") ALL 2,4'
+    assert a.cmd("q", f"SEARCH MODSEQ {highest + 1}")[0] == b"* SEARCH 2 4 (MODSEQ %d)" % top
+
+
 def test_unauthenticate_forgets_condstore_and_qresync(login):
     """RFC 8437 4.1: UNAUTHENTICATE forgets what ENABLE enabled, CONDSTORE and QRESYNC
     included: after a new LOGIN, a QRESYNC SELECT is refused until ENABLE again, FETCH

@@ -6,9 +6,10 @@
                      CONTEXT=SEARCH RFC 5267, PARTIAL RFC 9394)
     command-select =/ "CANCELUPDATE" 1*(SP quoted)      ; RFC 5267 4.3.5
     search-key     =/ "MODSEQ" [search-modseq-ext] SP mod-sequence-valzer  ; RFC 7162 3.1.5
+    search-return-data =/ "MODSEQ" SP mod-sequence-value              ; RFC 4731 3.2
 
 A search with a MODSEQ key is CONDSTORE-enabling; its answer carries the highest MODSEQ of
-the messages found (``* SEARCH 2 5 (MODSEQ 917)``).
+the messages returned (``* SEARCH 2 5 (MODSEQ 917)``, or ``MODSEQ 917`` in the ESEARCH).
 
 The search itself is in ../search*.py, the ESEARCH response in ../esearch.py, update contexts
 in ../search_updates.py.  Without RETURN the answer is ``* SEARCH``; with it, one ``* ESEARCH``
@@ -64,10 +65,14 @@ def search_command(ctx, uid_mode: bool):
         matched = evaluate(program, ctx.store, selected.mailbox, uids, recent,
                            flag_sets=flag_sets)
         highest = 0
-        if with_modseq and options is None and matched:
-            # RFC 7162 3.1.5: the highest MODSEQ of the messages found.
-            highest = max((v.modseq for v in ctx.store.fetch(selected.mailbox, matched)),
-                          default=0)
+        if with_modseq and (options is None or options.sends_esearch):
+            # RFC 7162 3.1.5, RFC 4731 3.2: the highest MODSEQ of the messages returned --
+            # all found, or with MIN/MAX/PARTIAL and neither ALL nor COUNT only those (the
+            # ones SAVE would keep); none when nothing is returned.
+            returned = matched if options is None else options.saved_part(matched)
+            if returned:
+                highest = max((v.modseq for v in ctx.store.fetch(selected.mailbox, returned)),
+                              default=0)
         return matched, highest
     try:
         matched, highest = yield ctx.call(run)
@@ -88,6 +93,8 @@ def search_command(ctx, uid_mode: bool):
             partial = (options.partial_label(), options.partial_slice(numbers))
         items = result_items(numbers, want_min=options.min, want_max=options.max,
                              want_all=options.all, want_count=options.count, partial=partial)
+        if highest:
+            items.append(("MODSEQ", str(highest)))
         ctx.untagged(esearch_line(ctx.tag, uid_mode, items))
     if options.update:
         if selected.contexts.full():
