@@ -19,6 +19,13 @@ on Dovecot.  The measures:
   connection before each SELECT (what an INBOX usually looks like).  Then SEARCH for flags
   (UNSEEN, 10% match), a header (SUBJECT, 1%) and body text (BODY, 0.1%): first run, and the
   median of the next ones.
+* QRESYNC (RFC 7162) on the big INBOX: a client that last saw it (ENABLE QRESYNC, SELECT:
+  its UIDVALIDITY and HIGHESTMODSEQ) comes back after another connection made 100 flag changes
+  and 10 expunges, with ``SELECT INBOX (QRESYNC (uidvalidity modseq 1:n))`` on a fresh
+  connection (LOGIN and ENABLE not timed): median over ``--reps``; against what a client
+  with CONDSTORE only does (SELECT, ``UID FETCH 1:* (FLAGS) (CHANGEDSINCE m)``), and one
+  with neither (SELECT, ``FETCH 1:* (FLAGS)``).  ``--only qresync`` runs only
+  this measure (after filling).
 * SORT and THREAD on the same INBOX (issue 12): ``UID SORT (REVERSE DATE) UTF-8 ALL`` and
   ``UID THREAD REFERENCES UTF-8 ALL``, the first run in the server process ("cold": ours reads
   the stored sort keys, Dovecot builds its sort and thread indexes) and the median of the next
@@ -198,6 +205,64 @@ def measure_big(server, user: str, reps: int, search_reps: int) -> dict:
     return out
 
 
+def measure_qresync(server, user: str, reps: int) -> dict:
+    """QRESYNC SELECT after 100 flag changes and 10 expunges made elsewhere, against a plain
+    SELECT + FETCH 1:* (FLAGS) (see the module docstring)."""
+    c = Conn(server.port)
+    c.login(user, PASSWORD)
+    c.command(b"ENABLE QRESYNC")
+    _tagged, untagged = c.command(b"SELECT INBOX")
+    text = b"\n".join(untagged)
+    uidvalidity = int(re.search(rb"UIDVALIDITY (\d+)", text).group(1))
+    highest = int(re.search(rb"HIGHESTMODSEQ (\d+)", text).group(1))
+    _tagged, untagged = c.command(b"UID SEARCH ALL")
+    uids = [int(u) for u in untagged[-1].split()[2:]]
+    c.command(b"LOGOUT")
+    c.close()
+    other = Conn(server.port)
+    other.login(user, PASSWORD)
+    other.command(b"SELECT INBOX")
+    step = max(1, len(uids) // 120)
+    picked = uids[::step][:110]
+    for uid in picked[:100]:
+        other.command(b"UID STORE %d +FLAGS.SILENT (\\Flagged)" % uid)
+    for uid in picked[100:]:
+        other.command(b"UID STORE %d +FLAGS.SILENT (\\Deleted)" % uid)
+        other.command(b"UID EXPUNGE %d" % uid)
+    other.command(b"LOGOUT")
+    other.close()
+    resync, full, changed, counts = [], [], [], None
+    for _ in range(reps):
+        c = Conn(server.port)
+        c.login(user, PASSWORD)
+        c.command(b"ENABLE QRESYNC")
+        t0 = time.perf_counter()
+        _tagged, untagged = c.command(b"SELECT INBOX (QRESYNC (%d %d 1:%d))"
+                                      % (uidvalidity, highest, uids[-1]))
+        resync.append(time.perf_counter() - t0)
+        counts = (sum(1 for u in untagged if b" FETCH " in u),
+                  next((u for u in untagged if u.startswith(b"* VANISHED")), b"")[:80])
+        c.command(b"LOGOUT")
+        c.close()
+        c = Conn(server.port)
+        c.login(user, PASSWORD)
+        t0 = time.perf_counter()
+        c.command(b"SELECT INBOX")
+        c.command(b"FETCH 1:* (FLAGS)", keep=False)
+        full.append(time.perf_counter() - t0)
+        c.command(b"LOGOUT")
+        c.close()
+        c = Conn(server.port)
+        c.login(user, PASSWORD)
+        t0 = time.perf_counter()
+        c.command(b"SELECT INBOX")
+        c.command(b"UID FETCH 1:* (FLAGS) (CHANGEDSINCE %d)" % highest, keep=False)
+        changed.append(time.perf_counter() - t0)
+        c.command(b"LOGOUT")
+        c.close()
+    return {"resync_ms": ms(statistics.median(resync)), "full_ms": ms(statistics.median(full)),
+            "changedsince_ms": ms(statistics.median(changed)),
+            "fetched": counts[0], "vanished": counts[1].decode(errors="replace")}
 SORTS = [("UID SORT (REVERSE DATE) UTF-8 ALL", b"* SORT"),
          ("UID THREAD REFERENCES UTF-8 ALL", b"* THREAD")]
 
@@ -470,6 +535,8 @@ def table(r: dict, args) -> str:
                                           f" (Dovecot {sb['hits']:,})")
         row(f"SEARCH {name} ({hits}), warm", sa["warm_ms"], sb["warm_ms"], f_ms)
         row("... first run", sa["first_ms"], sb["first_ms"], f_ms)
+    if "qresync" in o:
+        qresync_rows(row, o["qresync"], d["qresync"], f_ms)
     if "sort" in o:
         sort_rows(r, row, f_ms)
     a, b = o["big_message"], d["big_message"]
@@ -518,6 +585,27 @@ def table(r: dict, args) -> str:
     return "\n".join(head + rows)
 
 
+def qresync_rows(row, a: dict, b: dict, f_ms) -> None:
+    row(f"QRESYNC SELECT after 100 flag changes and 10 expunges elsewhere ({a['fetched']} "
+        "FETCH + VANISHED)", a["resync_ms"], b["resync_ms"], f_ms, "<= 10 ms",
+        a["resync_ms"] <= 10)
+    row("... CONDSTORE only: SELECT + UID FETCH 1:* (FLAGS) (CHANGEDSINCE m)",
+        a["changedsince_ms"], b["changedsince_ms"], f_ms)
+    row("... neither: SELECT + FETCH 1:* (FLAGS)", a["full_ms"], b["full_ms"], f_ms)
+
+
+def qresync_table(r: dict) -> str:
+    rows: list[str] = []
+
+    def row(name, a, b, fmt, target="", met=None):
+        verdict = "" if met is None else (" (met)" if met else " (missed)")
+        rows.append(f"| {name} | {fmt(a)} | {fmt(b)} | {ratio(a, b)} | {target}{verdict} |")
+    qresync_rows(row, r["ours"]["qresync"], r["dovecot"]["qresync"],
+                 lambda v: f"{v:,.1f} ms")
+    return "\n".join(["| measure | ours | Dovecot | ratio (ours / Dovecot) | target |",
+                      "|---|---|---|---|---|", *rows])
+
+
 def kinds_table(r: dict) -> str:
     o, d = r["ours"]["mixed"]["kinds"], r["dovecot"]["mixed"]["kinds"]
     lines = ["| mixed load, per command | ours median | ours p95 | Dovecot median | "
@@ -564,6 +652,7 @@ def parse_args() -> argparse.Namespace:
     ap.add_argument("--big-mb", type=int, default=50, help="size of the big message, MB")
     ap.add_argument("--profile", action="store_true", help="py-spy our server (perturbs it)")
     ap.add_argument("--json", help="also write every figure to this file")
+    ap.add_argument("--only", choices=["qresync"], help="run only this measure")
     ap.add_argument("--sort-only", action="store_true",
                     help="only the big INBOX and its SORT/THREAD measure")
     args = ap.parse_args()
@@ -644,7 +733,12 @@ def main() -> None:
             measure_big(ours, "big", args.reps, 1)
             prof.stop()
             profiles["SELECT + FETCH + SEARCH on the big INBOX"] = prof
+        if args.only == "qresync":
+            each("qresync", measure_qresync, "big", max(5, args.reps))
+            print(qresync_table(results))
+            raise SystemExit(0)  # through the cleanup below
         each("big", measure_big, "big", args.reps, 2)
+        each("qresync", measure_qresync, "big", max(5, args.reps))
         each("sort", measure_sort, "big", args.reps)
         each("big_message", measure_big_message, "huge", args.big_mb * 1000 * 1000, 10e6)
         for server in servers:

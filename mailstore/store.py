@@ -32,6 +32,7 @@ from .messages import (
     flag_target,
     known_size,
 )
+from .modseqs import SinceModseq, since_modseq
 from .records import COMMITTED, DELETING, MOVING, Flags, MessageRecord, state_of
 from .schema import IMPORTS, INTENTS, create_schema
 from .sortcache import MessageKeys, SortKeyCache
@@ -402,6 +403,23 @@ class MailStore:
         """New messages, changed flags and vanished UIDs since ``since``; None if the change log
         no longer reaches back that far (the caller then rereads, e.g. with open_index)."""
         return self.indexes.delta(mailbox, since)
+
+    # -- MODSEQs (RFC 7162; docs/decisions/0014-modseq-and-vanished.md) ----------------------
+
+    def highest_modseq(self, mailbox: Mailbox, marks: Marks | None = None,
+                       keep: bool = False) -> int:
+        """HIGHESTMODSEQ for a view of ``mailbox`` at ``marks`` (by default as it stands now):
+        no change with a MODSEQ at or below it is still to appear (RFC 7162 3.1.2.1).
+        ``keep``: it goes to a client; remember it for other processes (modseqs.py)."""
+        if marks is None:
+            marks = self.indexes.marks([mailbox.id]).get(mailbox.id, Marks(0, 0, 0))
+        return self.indexes.highest_modseq(mailbox.id, marks, keep)
+
+    def since_modseq(self, mailbox: Mailbox, modseq: int, view: MailboxIndex) -> SinceModseq:
+        """Flag changes of the messages in ``view`` after ``modseq``, and the UIDs expunged
+        after it (a superset; None past the change log's reach): CHANGEDSINCE, VANISHED and
+        QRESYNC's SELECT (RFC 7162 3.1.4.1, 3.2.5, 3.2.6)."""
+        return since_modseq(self.indexes, mailbox, modseq, view)
 
     # -- \Recent (RFC 3501 2.3.2; docs/decisions/0010-recent.md) -------------------------------
 

@@ -104,7 +104,9 @@ class Transfers:
         if not views:
             return []
         intent = self._begin(mailbox.id, {"op": "expunge", "uids": [v.uid for v in views]})
-        with self.changes.recording(mailbox.id, [v.uid for v in views]):
+        # The expunge's MODSEQ comes with its change number and is kept in its log entry:
+        # QRESYNC answers VANISHED from it (RFC 7162 3.2.5, docs/decisions/0014).
+        with self.changes.recording(mailbox.id, [v.uid for v in views], also={MODSEQ: 1}):
             claimed = [v for v in views if self.messages.table.check_and_put(
                 keys.message_key(mailbox.id, v.uid), STATE, v.state_raw,
                 STATE, with_state(v.state_raw, DELETING))]
@@ -120,7 +122,8 @@ class Transfers:
         """
         if not views:
             return
-        self.boxes.rows.increment(mailbox.id, MODSEQ, 1)
+        # No MODSEQ taken here: every caller runs inside a change-log recording that took one
+        # with its change number.
         self.messages.table.mutate_rows(
             [Mutation(keys.message_key(mailbox.id, v.uid), delete_row=True) for v in views])
         size = sum(v.record.size for v in views)
@@ -148,8 +151,7 @@ class Transfers:
     def _insert(self, target: Mailbox, views: list[MessageView]) -> list[tuple[int, int]]:
         """Write, commit and publish target rows for ``views``; return (old, new) UID pairs."""
         count = len(views)
-        last = self.boxes.rows.increment(target.id, UID, count)
-        top_modseq = self.boxes.rows.increment(target.id, MODSEQ, count)
+        last, top_modseq = self._allocate(target, count)
         pairs = []
         for i, view in enumerate(views):
             uid, modseq = last - count + 1 + i, top_modseq - count + 1 + i
@@ -191,8 +193,16 @@ class Transfers:
             if self.messages.table.check_and_put(key, STATE, None, STATE, record.encode()):
                 return uid
             self.messages.table.delete(key, list(PENDING_CELLS))
-            uid = self.boxes.rows.increment(target.id, UID, 1)
-            modseq = self.boxes.rows.increment(target.id, MODSEQ, 1)
+            uid, modseq = self._allocate(target, 1)
+
+    def _allocate(self, target: Mailbox, count: int) -> tuple[int, int]:
+        """The last of ``count`` new UIDs and of their MODSEQs.  The UID first (one step on
+        the embedded store, in this order over HBase): while the MODSEQs are not yet
+        committed, the UID watermark is behind, which is how readers know a MODSEQ may still
+        be in flight (HIGHESTMODSEQ, index.py)."""
+        values = self.boxes.rows.increment_many(target.id, {UID: count, MODSEQ: count},
+                                                returning=(UID, MODSEQ))
+        return values[UID], values[MODSEQ]
 
     # -- move -----------------------------------------------------------------------------------
 
@@ -205,12 +215,11 @@ class Transfers:
         if not views:
             return []
         count = len(views)
-        last = self.boxes.rows.increment(target.id, UID, count)
-        top_modseq = self.boxes.rows.increment(target.id, MODSEQ, count)
+        last, top_modseq = self._allocate(target, count)
         planned = [(v.uid, last - count + 1 + i) for i, v in enumerate(views)]
         intent = self._begin(source.id, {"op": "move", "target": target.id.hex(),
                                          "pairs": planned})
-        with self.changes.recording(source.id, [v.uid for v in views]):
+        with self.changes.recording(source.id, [v.uid for v in views], also={MODSEQ: 1}):
             moved = self._move_claimed(source, target, views, planned, last, top_modseq)
         self._end(intent)
         return [(v.uid, uid) for v, uid in moved]
@@ -260,7 +269,7 @@ class Transfers:
                 continue
             if source is not None:
                 uids = op["uids"] if op["op"] == "expunge" else [p[0] for p in op["pairs"]]
-                with self.changes.recording(mailbox_id, uids):
+                with self.changes.recording(mailbox_id, uids, also={MODSEQ: 1}):
                     if op["op"] == "expunge":
                         self._recover_expunge(source, op["uids"])
                     elif op["op"] == "move":
@@ -325,9 +334,10 @@ class Transfers:
                                       unseen=0 if view.flags.seen else 1)
                 self._remove(source, [view], drop_refs=False)
                 continue
-            modseq = self.boxes.rows.increment(target.id, MODSEQ, 1)
             if dst_state == ABANDONED:
-                dst_uid = self.boxes.rows.increment(target.id, UID, 1)
+                dst_uid, modseq = self._allocate(target, 1)
+            else:
+                modseq = self.boxes.rows.increment(target.id, MODSEQ, 1)
             moved.append((view, self._place(target, view, dst_uid, modseq)))
         if moved:
             top = max(uid for _, uid in moved)

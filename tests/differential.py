@@ -115,6 +115,32 @@ class Raw:
     responses: int = 1
 
 
+@dataclass(frozen=True)
+class Recall:
+    """A command built from what *this* server answered before, for values each server
+    chooses (UIDVALIDITY, MOD-SEQUENCEs): ``Recall("SELECT INBOX (QRESYNC ({UIDVALIDITY}
+    {HIGHESTMODSEQ}))")``.  Each ``{NAME}`` is group 1 of the last match of ``patterns[NAME]``
+    (by default ``[UIDVALIDITY n]`` and ``HIGHESTMODSEQ n``; ``{FIRSTMODSEQ}`` the first
+    HIGHESTMODSEQ) in the raw responses so far of the whole conversation; a pattern given
+    as ``(name, regex, k)`` takes the k-th match instead (0 the first, -1 the last)."""
+
+    template: str
+    patterns: tuple[tuple, ...] = ()
+
+    DEFAULTS = (("UIDVALIDITY", r"\[UIDVALIDITY (\d+)\]"),
+                ("HIGHESTMODSEQ", r"HIGHESTMODSEQ (\d+)"),
+                ("FIRSTMODSEQ", r"HIGHESTMODSEQ (\d+)", 0))
+
+    def render(self, events: list) -> str:
+        values = {}
+        for name, pattern, *which in (*self.DEFAULTS, *self.patterns):
+            found = [m.group(1).decode() for e in events for r in e.responses
+                     for m in re.finditer(pattern.encode(), r.raw)]
+            if found:
+                values[name] = found[which[0] if which else -1]
+        return self.template.format(**values)
+
+
 @dataclass
 class Script:
     """A conversation.  ``deliberate`` and ``defects`` name entries of :data:`DELIBERATE` and
@@ -662,6 +688,10 @@ DELIBERATE: dict[str, Difference] = {}
 to a common form.  Registered in tests/differential_known.py; docs/differential.md has the
 table."""
 
+ALWAYS: list[str] = []
+"""Deliberate differences applied to every script (not checked for staleness): those that
+any script may meet without asking for the feature (Dovecot's lazy HIGHESTMODSEQ at SELECT)."""
+
 KNOWN_DEFECTS: dict[str, Difference] = {}
 """Masks for defects being fixed on other branches; each raises :class:`DefectFixed` once
 our server behaves, so that it is removed with the fix."""
@@ -753,6 +783,14 @@ class Differential:
                         events.append(session.play(f"LOGIN {user} {PASSWORD}"))
                 if callable(action):
                     action = action(user)
+                if isinstance(action, Recall):
+                    # The transcript shows the template: the values are each server's own.
+                    rendered = action.render(events)
+                    event = session.play(rendered)
+                    event.sent = event.sent.replace(_show(rendered.encode()),
+                                                    _show(action.template.encode()))
+                    events.append(event)
+                    continue
                 events.append(session.play(action))
         except Exception as exc:
             events.append(Event("!", f"{type(exc).__name__}: {exc}", []))
@@ -791,6 +829,7 @@ class Differential:
         a, b = norm(ours), norm(dovecot)
         hooks = [(n, KNOWN_DEFECTS[n]) for n in script.defects]
         hooks += [(n, DELIBERATE[n]) for n in script.deliberate]
+        hooks += [(n, DELIBERATE[n]) for n in ALWAYS if n not in script.deliberate]
         # Only deliberate differences are checked for staleness; a defect mask goes with its
         # fix (it raises DefectFixed then).
         used = set()

@@ -16,6 +16,8 @@ import datetime
 import re
 
 from differential import (
+    ALWAYS,
+    PIPELINE_SEPARATOR,
     Event,
     Response,
     answers,
@@ -69,15 +71,22 @@ def _unsolicited_fetch_uid(ours: Event, dovecot: Event) -> bool:
     if name in ("UID", "FETCH", "STORE"):
         return False
     changed = False
-    for r in ours.responses:
-        if r.kind == "data" and len(r.data) == 3 and word(r.data[1]) == b"FETCH" \
-                and isinstance(r.data[2], list):
-            items = r.data[2]
-            names = sorted(word(items[k]) for k in range(0, len(items), 2))
-            if names == [b"FLAGS", b"UID"]:
-                r.data[2] = [x for k in range(0, len(items) - 1, 2)
-                             if word(items[k]) != b"UID" for x in items[k:k + 2]]
-                changed = True
+
+    def fetches(event):
+        return [r for r in event.responses if r.kind == "data" and len(r.data) == 3
+                and word(r.data[1]) == b"FETCH" and isinstance(r.data[2], list)]
+    # Under QRESYNC (RFC 7162 3.2.4) Dovecot sends the UID too: nothing to remove then.
+    if any(word(r.data[2][k]) == b"UID" for r in fetches(dovecot)
+           for k in range(0, len(r.data[2]), 2)):
+        return False
+    for r in fetches(ours):
+        items = r.data[2]
+        names = sorted(word(items[k]) for k in range(0, len(items), 2))
+        # With CONDSTORE enabled the FETCH carries MODSEQ too (RFC 7162 3.1.4.1).
+        if names in ([b"FLAGS", b"UID"], [b"FLAGS", b"MODSEQ", b"UID"]):
+            r.data[2] = [x for k in range(0, len(items) - 1, 2)
+                         if word(items[k]) != b"UID" for x in items[k:k + 2]]
+            changed = True
     return changed
 
 
@@ -127,17 +136,21 @@ def _dovecot_lsub_special_use(ours: Event, dovecot: Event) -> bool:
     return changed
 
 
+def _is_closed(r: Response) -> bool:
+    return r.kind == "status" and bool(r.code) and word(r.code[0]) == b"CLOSED"
+
+
 @deliberate("dovecot-qresync-codes",
-            "Dovecot, which advertises QRESYNC and CONDSTORE, sends '* OK [CLOSED]' when a "
-            "SELECT/EXAMINE closes the previous mailbox (RFC 7162 3.2.11) and 'OK "
-            "[CLIENTBUG]' for STATUS of the selected mailbox; we advertise neither extension "
-            "and RFC 5530 codes are optional. Removed from Dovecot's.")
+            "Dovecot sends 'OK [CLIENTBUG]' for STATUS of the selected mailbox (RFC 5530 codes "
+            "are optional): removed from Dovecot's. '* OK [CLOSED]' when a SELECT/EXAMINE "
+            "closes the previous mailbox (RFC 7162 3.2.11), which both servers send now that "
+            "we advertise QRESYNC, is dropped from both in the scripts that name this entry "
+            "(tests/test_differential_condstore.py compares it).")
 def _dovecot_qresync_codes(ours: Event, dovecot: Event) -> bool:
     before = len(dovecot.responses)
-    dovecot.responses[:] = [r for r in dovecot.responses
-                            if not (r.kind == "status" and r.code and
-                                    word(r.code[0]) == b"CLOSED")]
+    dovecot.responses[:] = [r for r in dovecot.responses if not _is_closed(r)]
     changed = len(dovecot.responses) != before
+    ours.responses[:] = [r for r in ours.responses if not _is_closed(r)]
     for r in dovecot.responses:
         if r.kind == "tagged" and r.code and word(r.code[0]) == b"CLIENTBUG":
             r.code = None
@@ -435,6 +448,76 @@ answers("auth-mechanism-code",
         "succeed); Dovecot uses [ALERT].",
         {"AUTHENTICATE UNKNOWN-MECH": (["tag NO [CANNOT]"], ["tag NO [ALERT]"])})
 
+
+def _highestmodseq_code(r: Response) -> bool:
+    return r.kind == "status" and bool(r.code) and word(r.code[0]) == b"HIGHESTMODSEQ"
+
+
+@deliberate("dovecot-lazy-highestmodseq",
+            "At SELECT/EXAMINE we send '* OK [HIGHESTMODSEQ n]' every time, as RFC 7162 "
+            "3.1.2.1 requires of a server with persistent MODSEQs; Dovecot only once some "
+            "client used CONDSTORE on the mailbox (before that it sends neither HIGHESTMODSEQ "
+            "nor NOMODSEQ). Ours is removed where Dovecot's SELECT/EXAMINE has none. Applied "
+            "to every script.")
+def _dovecot_lazy_highestmodseq(ours: Event, dovecot: Event) -> bool:
+    # Each pipelined command keeps its tag: the command name is the second word.
+    parts = [c.split()[:2] for c in ours.sent.split(PIPELINE_SEPARATOR)]
+    if not any(len(w) == 2 and w[1].upper() in ("SELECT", "EXAMINE") for w in parts):
+        return False
+    if any(_highestmodseq_code(r) for r in dovecot.responses):
+        return False
+    before = len(ours.responses)
+    ours.responses[:] = [r for r in ours.responses if not _highestmodseq_code(r)]
+    return len(ours.responses) != before
+
+
+ALWAYS.append("dovecot-lazy-highestmodseq")
+
+
+def _modseq_value(value) -> bool:
+    return isinstance(value, bytes) and value.isdigit()
+
+
+@deliberate("modseq-values",
+            "MOD-SEQUENCE values are each server's own (RFC 7162 3.1: only 'strictly "
+            "increasing' per mailbox; Dovecot gives every message of one STORE the same "
+            "MODSEQ, we one each): HIGHESTMODSEQ codes and STATUS items, FETCH MODSEQ items, "
+            "SEARCH's (MODSEQ n) and ESEARCH's MODSEQ n read '<modseq>' on both sides; "
+            "scripts take the values they send from each server's own earlier answers "
+            "(differential.Recall).")
+def _modseq_values(ours: Event, dovecot: Event) -> bool:
+    changed = False
+    for event in (ours, dovecot):
+        for r in event.responses:
+            if r.code and word(r.code[0]) == b"HIGHESTMODSEQ" and len(r.code) > 1:
+                r.code = [r.code[0], b"<modseq>"]
+                changed = True
+            data = r.data if r.kind == "data" else None
+            if not data:
+                continue
+            first = word(data[0])
+            if first == b"STATUS" and len(data) > 2 and isinstance(data[2], list):
+                items = data[2]
+                for k in range(0, len(items) - 1, 2):
+                    if word(items[k]) == b"HIGHESTMODSEQ":
+                        items[k + 1] = b"<modseq>"
+                        changed = True
+            elif first == b"ESEARCH":
+                for k in range(1, len(data) - 1):
+                    if word(data[k]) == b"MODSEQ" and _modseq_value(data[k + 1]):
+                        data[k + 1] = b"<modseq>"
+                        changed = True
+            elif first == b"SEARCH" and data and isinstance(data[-1], list) \
+                    and len(data[-1]) == 2 and word(data[-1][0]) == b"MODSEQ":
+                data[-1] = [data[-1][0], b"<modseq>"]
+                changed = True
+            elif len(data) == 3 and word(data[1]) == b"FETCH" and isinstance(data[2], list):
+                items = data[2]
+                for k in range(0, len(items) - 1, 2):
+                    if word(items[k]) == b"MODSEQ" and isinstance(items[k + 1], list):
+                        items[k + 1] = [b"<modseq>"]
+                        changed = True
+    return changed
 
 
 @deliberate("preview-stored-at-append",

@@ -695,14 +695,17 @@ def test_docs_table_lists_every_deliberate_difference():
 
 def test_every_deliberate_difference_is_used():
     """No entry of DELIBERATE is left that no script names (here or in another
-    test_differential_*.py module)."""
+    test_differential_*.py module, or that applies to all)."""
     import importlib
     import pathlib
+
+    from differential import ALWAYS
 
     scripts = list(SCRIPTS)
     for path in pathlib.Path(__file__).parent.glob("test_differential_*.py"):
         scripts += getattr(importlib.import_module(path.stem), "SCRIPTS", [])
     used = {name for s in scripts for name in s.deliberate}
+    used |= set(ALWAYS)  # applied to every script
     assert used == set(DELIBERATE)
 
 

@@ -607,12 +607,12 @@ def test_rfc822_items_are_sections():
     b"BINARY.PEEK", b"BINARY[0]", b"BODY[MIME]", b"BODY[]<5>", b"BODY[]<5.>", b"BODY[]<.5>",
     b"BODY[]<a.b>",
     b"BODY[]<1.4294967296>", b"BODY[]x", b"BODY.PEEK", b"FLAGSX", b"(FLAGS FAST)", b"()",
-    b'("FLAGS")', b"BODY.PEEKS[]", b"MODSEQ",
+    b'("FLAGS")', b"BODY.PEEKS[]", b"MODSEQS",
 ])
 def test_invalid_items(spec):
-    """Anything outside RFC 3501's fetch-att and RFC 3516's BINARY items is a BAD (MODSEQ
-    belongs to CONDSTORE, not offered here; RFC 3516 section 8: section-binary is a part
-    number only, and BINARY.SIZE takes no partial)."""
+    """Anything outside RFC 3501's fetch-att, RFC 7162's MODSEQ and RFC 3516's BINARY items
+    is a BAD (RFC 3516 section 8: section-binary is a part number only, and BINARY.SIZE takes
+    no partial)."""
     with pytest.raises(ValueError):
         parse_fetch_items(fetch_spec(spec))
 

@@ -31,6 +31,10 @@ _OPERATION_OF_FUNCTION = {
     "subscribe": "subscribe", "unsubscribe": "unsubscribe", "_render_batch": "fetch",
     "_next_chunk": "read_content", "retest_contexts": "search",
     "_deleted_counts": "mailbox_status", "quota": "quota",
+    # CONDSTORE/QRESYNC (RFC 7162): HIGHESTMODSEQ is mailbox status; CHANGEDSINCE's narrowing
+    # and VANISHED (EARLIER) belong to the FETCH that asked.
+    "_highests": "mailbox_status", "highest_modseq": "mailbox_status",
+    "_changed_uids": "fetch", "_vanished": "fetch",
 }
 _OPERATION_OF_COMMAND = {  # closures (``def run()``) of these commands
     "DELETE": "delete_mailbox", "STATUS": "mailbox_status", "APPEND": "append",
@@ -81,6 +85,9 @@ class CommandContext:
         self.uid_command = str(args[0]).upper() if name == "UID" and args else None
         self.out: list[bytes] = []
         self.finished = False
+        # A code for the tagged OK whoever sends it (RFC 7162 3.2.10: HIGHESTMODSEQ after
+        # VANISHED), unless the command gives its own.
+        self.ok_code: str | None = None
 
     def untagged(self, line: bytes) -> None:
         self.out.append(b"* " + line)
@@ -110,6 +117,8 @@ class CommandContext:
         if self.finished:
             return
         self.finished = True
+        if code is None and status == b"OK":
+            code = self.ok_code
         line = self.tag.encode() + b" " + status + b" "
         if code:
             line += b"[" + code.encode() + b"] "

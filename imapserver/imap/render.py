@@ -302,6 +302,7 @@ _SIMPLE = {
     "INTERNALDATE": FetchItem("INTERNALDATE", "INTERNALDATE"),
     "RFC822.SIZE": FetchItem("RFC822.SIZE", "RFC822.SIZE"),
     "UID": FetchItem("UID", "UID"),
+    "MODSEQ": FetchItem("MODSEQ", "MODSEQ"),  # RFC 7162 3.1.4.2
     "BODY": FetchItem("BODY", "BODY", needs=frozenset({BODY})),
     "BODYSTRUCTURE": FetchItem("BODYSTRUCTURE", "BODYSTRUCTURE", needs=frozenset({BODY})),
     "RFC822": FetchItem("RFC822", "RFC822", True, frozenset({CONTENT}), Section((), "")),

@@ -56,6 +56,7 @@ from .search_parse import (
     FlagKey,
     HeaderKey,
     Key,
+    ModseqKey,
     NotKey,
     ObjectIdKey,
     OrKey,
@@ -380,6 +381,9 @@ def _compile(key: Key, uids: list[int], recent: set[int], now: float) -> Test:
     if isinstance(key, FlagKey):
         flag, present = key.flag.lower(), key.present
         return lambda m: None if m.view is None else (flag in m.flags()) == present
+    if isinstance(key, ModseqKey):
+        modseq = key.modseq
+        return lambda m: None if m.view is None else m.view.modseq >= modseq
     if isinstance(key, SizeKey):
         octets = key.octets
         if key.larger:

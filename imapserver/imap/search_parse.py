@@ -117,6 +117,17 @@ class FlagKey:
 
 
 @dataclass(frozen=True, slots=True)
+class ModseqKey:
+    """MODSEQ [entry-name entry-type-req] mod-sequence-valzer (RFC 7162 3.1.5): the message's
+    MODSEQ is at least ``modseq``.  A message has one MODSEQ, not one per flag, so the entry
+    name (``"/flags/\\seen"``) and type (``all``/``priv``/``shared``) are checked and then
+    stand for the message's (3.1.5 lets a server without per-flag MODSEQs do so)."""
+
+    modseq: int
+    tier = 1
+
+
+@dataclass(frozen=True, slots=True)
 class SizeKey:
     """LARGER (``larger``: RFC822.SIZE > octets) or SMALLER (RFC822.SIZE < octets)."""
 
@@ -225,7 +236,7 @@ class AndKey:
 
 
 Key = (AllKey | SequenceKey | RecentKey | FlagKey | SizeKey | DateKey | WithinKey | HeaderKey
-       | ContentKey | SaveDateKey | ObjectIdKey | NotKey | OrKey | AndKey)
+       | ContentKey | SaveDateKey | ObjectIdKey | NotKey | OrKey | AndKey | ModseqKey)
 
 
 def walk(key: Key):
@@ -393,6 +404,8 @@ class _Parser:
             return FlagKey(flag, name == "KEYWORD")
         if name in ("LARGER", "SMALLER"):
             return SizeKey(name == "LARGER", self.number(name))
+        if name == "MODSEQ":
+            return self.modseq()
         if name == "BODY" or name == "TEXT":
             return ContentKey(self.string(name), name == "TEXT")
         if name == "HEADER":
@@ -419,6 +432,20 @@ class _Parser:
         if token[:1].isdigit() or token[:1] == "*":
             return SequenceKey(parse_seqset(str(token)), False)
         raise ValueError(f"unknown search key {str(token)!r}")
+
+    def modseq(self) -> ModseqKey:
+        token = self.next("mod-sequence after MODSEQ")
+        if isinstance(token, bytes) or (isinstance(token, str) and not token.isdigit()):
+            # search-modseq-ext: entry-name (a quoted "/flags/" + flag) and entry-type-req.
+            entry = _text(token, "entry name after MODSEQ")
+            if not entry.lower().startswith("/flags/") or len(entry) == len("/flags/"):
+                raise ValueError(f"invalid MODSEQ entry name {entry!r}")
+            kind = _text(self.next("entry type after MODSEQ"), "entry type after MODSEQ")
+            if kind.lower() not in ("all", "priv", "shared"):
+                raise ValueError(f"invalid MODSEQ entry type {kind!r}")
+        else:
+            self.pos -= 1
+        return ModseqKey(self.number("MODSEQ"))
 
     def saved_set(self, text: str) -> SequenceKey:
         if self.saved is None:
@@ -486,6 +513,7 @@ __all__ = [
     "FlagKey",
     "HeaderKey",
     "Key",
+    "ModseqKey",
     "NotKey",
     "ObjectIdKey",
     "OrKey",

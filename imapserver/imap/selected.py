@@ -50,12 +50,14 @@ class Changes:
     """What a refresh found, in the order RFC 3501 wants it reported."""
 
     expunged_seqs: list[int] = field(default_factory=list)  # descending, current numbering
+    expunged_uids: list[int] = field(default_factory=list)  # the same messages' UIDs
     exists: int | None = None
     recent: int | None = None  # the session's \Recent count, when it changed (RFC 3501 7.3.2)
     flags: list[tuple[int, int, frozenset[str], int]] = field(default_factory=list)
     # (seq, uid, flags, modseq)
     recent_uids: set[int] = field(default_factory=set)  # those of ``flags`` that are \Recent
     keywords: list[str] | None = None  # every keyword announced, when some are new (7.2.6)
+    highest: int | None = None  # HIGHESTMODSEQ as of this refresh, if the session wants it
     # RFC 5267 4.3: ESEARCH updates, those due before the EXPUNGEs and those after the rest.
     context_before: list[bytes] = field(default_factory=list)
     context_after: list[bytes] = field(default_factory=list)
@@ -83,6 +85,9 @@ class SelectedMailbox:
         # Keywords the client was told of in an untagged FLAGS: RFC 3501 7.2.6 lets a FETCH
         # show no others, so a new one is announced first (new_keywords).
         self.announced: set[str] = set()
+        # CONDSTORE/QRESYNC enabled in the session (RFC 7162 3.1, 3.2.3): refreshes then work
+        # out HIGHESTMODSEQ too, and store the point it comes from (modseqs.py).
+        self.modseqs = False
         # RFC 5182: the saved search result ($), UIDs ascending; SELECT starts it empty.
         self.saved: list[int] = []
         self.contexts = SearchContexts()  # RFC 5267 update contexts
@@ -225,7 +230,16 @@ class SelectedMailbox:
         self._pending_context, self._forgotten = [], []
         if self.contexts and (changes.touched or self._retest_later):
             changes.context_after = self.retest_contexts(changes.touched)
+        if self.modseqs:
+            changes.highest = self.highest_modseq()
         return changes
+
+    def highest_modseq(self) -> int:
+        """HIGHESTMODSEQ as this session sees the mailbox (RFC 7162 3.1.2.1: no change with a
+        lower MODSEQ is still to come).  Its point is stored for a resync elsewhere when the
+        session has CONDSTORE enabled: other clients ignore it, and a put per SELECT would
+        cost them (docs/decisions/0014)."""
+        return self.store.highest_modseq(self.mailbox, self.index.marks, keep=self.modseqs)
 
     def retest_contexts(self, uids) -> list[bytes]:
         """ESEARCH updates (RFC 5267 4.3) for the messages ``uids``, new or with flags changed
@@ -259,6 +273,7 @@ class SelectedMailbox:
             if self.contexts:
                 changes.context_before = self.contexts.expunged(gone, self._client_seq)
             changes.expunged_seqs = self._seqs_descending(gone)
+            changes.expunged_uids = sorted(gone, reverse=True)
             index.remove(gone)
             self.recent -= gone
         last = index.uids[-1] if index.uids else 0
@@ -291,6 +306,7 @@ class SelectedMailbox:
         if self.contexts and gone:
             changes.context_before = self.contexts.expunged(gone, self._client_seq)
         changes.expunged_seqs = self._seqs_descending(gone)
+        changes.expunged_uids = sorted(gone, reverse=True)
         old.remove(gone)
         self.recent -= gone
         last = old.uids[-1] if old.uids else 0
@@ -329,9 +345,10 @@ class SelectedMailbox:
             if self.index.seq_of(uid) is not None:
                 self.index.note_flags(uid, flags)
 
-    def forget(self, uids: list[int]) -> list[int]:
+    def forget(self, uids: list[int]) -> tuple[list[int], list[int]]:
         """Remove expunged UIDs this session itself expunged; returns their sequence numbers,
-        descending (the order EXPUNGE responses must use)."""
+        descending (the order EXPUNGE responses must use), and their UIDs in the same order
+        (for VANISHED, RFC 7162 3.2.10)."""
         gone = {u for u in uids if self.index.seq_of(u) is not None}
         if self.contexts and gone:
             # RFC 5267 4.3.4: the REMOVEFROM goes before the EXPUNGE, numbered as the client
@@ -341,4 +358,4 @@ class SelectedMailbox:
         seqs = self._seqs_descending(gone)
         self.index.remove(gone)
         self.recent -= gone
-        return seqs
+        return seqs, sorted(gone, reverse=True)

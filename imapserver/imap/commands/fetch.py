@@ -1,7 +1,18 @@
-"""FETCH (RFC 3501 6.4.5, 7.4.2) and UID FETCH (6.4.8).
+r"""FETCH (RFC 3501 6.4.5, 7.4.2) and UID FETCH (6.4.8).
 
     fetch = "FETCH" SP sequence-set SP ("ALL" / "FULL" / "FAST" / fetch-att /
-            "(" fetch-att *(SP fetch-att) ")")
+            "(" fetch-att *(SP fetch-att) ")") [SP "(" fetch-modifier *(SP fetch-modifier) ")"]
+    fetch-att =/ "MODSEQ"                                               ; RFC 7162 3.1.4.2
+    fetch-att =/ "PREVIEW" [SP "(" preview-mod *(SP preview-mod) ")"]   ; RFC 8970 6
+    preview-mod = "LAZY"
+    fetch-modifier = "CHANGEDSINCE" SP mod-sequence-valzer              ; RFC 7162 3.1.4.1
+                   / "VANISHED"                       ; UID FETCH under QRESYNC, RFC 7162 3.2.6
+
+CHANGEDSINCE leaves out the messages whose MODSEQ is not above its value and adds MODSEQ to
+the items; VANISHED first reports, as ``VANISHED (EARLIER)``, the UIDs of the set expunged
+after it (mailstore/modseqs.py; a superset past the change log's retention, docs/decisions/
+0014).  Once CONDSTORE is enabled, a FETCH that sets \Seen also shows the new MODSEQ; once
+QRESYNC is, every FETCH response carries the UID (RFC 7162 3.1.4.1, 3.2.4).
 
 Messages are read in batches (one store round trip per batch, only the columns the items
 need), and each batch's responses go out in one write.  ENVELOPE, BODYSTRUCTURE and header
@@ -22,23 +33,35 @@ octet count already sent can only be honoured with bytes that are not the messag
 from __future__ import annotations
 
 import itertools
+from dataclasses import dataclass
 
 from twisted.internet import defer
 
 from mailstore.errors import Expunged
+from mailstore.index import Marks
 from mailstore.messages import BODY, ENVELOPE, HEADER, PREVIEW, SUMMARY
 
 from ..binary import UnknownCte, binary_literal, binary_size
 from ..context import SELECTED, Bad, No, command
 from ..object_items import OBJECT_KINDS, object_item
+from ..qresync import missing, ranges_text
 from ..render import BODY as NEED_BODY
 from ..render import CONTENT, bodystructure, envelope, internaldate, parse_fetch_items
 from ..render import ENVELOPE as NEED_ENVELOPE
 from ..render import HEADER as NEED_HEADER
 from ..render import PREVIEW as NEED_PREVIEW
 from ..sections import iter_section, resolve
+from ..seqset import SeqSet, parse_seqset
 from ..wire import Atom
-from .common import announce_keywords, flags_list
+from .common import (
+    announce_keywords,
+    enable_condstore,
+    flags_list,
+    modseq_item,
+    modseq_modes,
+    parse_modseq,
+    vanished_line,
+)
 from .message_cmds import resolve as resolve_set
 
 BATCH = 200
@@ -77,7 +100,8 @@ def _columns(needs: set[str]) -> list[bytes]:
 
 
 def _render_batch(store, mailbox, batch, columns, items, set_seen, seq_of, own,
-                  recent=frozenset(), shown=None, unknown_cte=None):
+                  recent=frozenset(), shown=None, unknown_cte=None, changed_since=None,
+                  seen_modseq=False):
     """Read one batch and build its responses (runs in a worker thread).
 
     Returns (responses, gone): responses as (sequence number, segments), each segment bytes
@@ -106,6 +130,8 @@ def _render_batch(store, mailbox, batch, columns, items, set_seen, seq_of, own,
         seq = seq_of(view.uid)
         if seq is None:
             continue
+        if changed_since is not None and view.modseq <= changed_since:
+            continue  # RFC 7162 3.1.4.1
         parts: list = []
         reader = None
         wrote_flags = False
@@ -120,6 +146,8 @@ def _render_batch(store, mailbox, batch, columns, items, set_seen, seq_of, own,
                 wrote_flags = True
             elif kind == "INTERNALDATE":
                 parts.append(b"INTERNALDATE " + internaldate(view.record.internal_date))
+            elif kind == "MODSEQ":
+                parts.append(modseq_item(view.modseq))
             elif kind == "RFC822.SIZE":
                 parts.append(b"RFC822.SIZE %d" % view.record.size)
             elif kind == "ENVELOPE":
@@ -166,6 +194,9 @@ def _render_batch(store, mailbox, batch, columns, items, set_seen, seq_of, own,
         if view.uid in seen_now and not wrote_flags:
             parts.append(b"FLAGS " + flags_list(view.flags.names, view.uid in recent))
             shown.update(view.flags.names)
+        if view.uid in seen_now and seen_modseq:
+            # CONDSTORE enabled: the \Seen this FETCH set has a new MODSEQ (RFC 7162 3.1.4.1).
+            parts.append(modseq_item(view.modseq))
         if parts:  # empty when its only items failed (UNKNOWN-CTE): msg-att needs one
             responses.append((seq, parts))
     return responses, gone
@@ -185,26 +216,119 @@ def _next_chunk(chunks):
     return next(chunks, None)
 
 
+FETCH_MODIFIERS = ("CHANGEDSINCE", "VANISHED")
+
+
+def _preview_modifiers(arg) -> bool:
+    """Whether ``arg``, the list after a lone ``PREVIEW``, is PREVIEW's modifiers (``(LAZY)``,
+    RFC 8970 section 6) rather than FETCH's (RFC 7162 3.1.4.1, 3.2.6)."""
+    return isinstance(arg, list) and not any(
+        isinstance(m, str) and m.upper() in FETCH_MODIFIERS for m in arg)
+
+
+def _modifiers(mods, uid_mode: bool) -> tuple[int | None, bool]:
+    """(CHANGEDSINCE value or None, VANISHED) from FETCH's optional modifier list."""
+    if mods is None:
+        return None, False
+    if not isinstance(mods, list) or not mods:
+        raise Bad("FETCH modifiers must be a parenthesized list")
+    since, vanished = None, False
+    i = 0
+    while i < len(mods):
+        word = str(mods[i]).upper()
+        if word == "CHANGEDSINCE" and i + 1 < len(mods):
+            since = parse_modseq(mods[i + 1], zero=True)
+            i += 2
+        elif word == "VANISHED" and uid_mode:
+            vanished = True
+            i += 1
+        else:
+            raise Bad(f"Unknown FETCH modifier {mods[i]!s}")
+    return since, vanished
+
+
+def _vanished(store, selected, uids_text: str, since: int) -> bytes | None:
+    """``VANISHED (EARLIER)`` for the UIDs of a UID FETCH set expunged after ``since``
+    (RFC 7162 3.2.6), "*" standing for the highest UID the session knows."""
+    top = selected.known_visible
+    ranges = [(top if a is None else a, top if b is None else b)
+              for a, b in parse_seqset(uids_text).ranges]
+    changes = store.since_modseq(selected.mailbox, since, selected.index)
+    if changes.vanished is None:
+        gone = missing(SeqSet(tuple(ranges)), selected.uids, top)
+        return b"VANISHED (EARLIER) " + ranges_text(gone).encode() if gone else None
+    wanted = [u for u in changes.vanished if any(min(r) <= u <= max(r) for r in ranges)]
+    return vanished_line(wanted, earlier=True) if wanted else None
+
+
+CHANGED_SCAN = 50
+"""Above this many messages, CHANGEDSINCE first narrows them through the change log."""
+
+
+@dataclass
+class _Now:
+    """The session's messages with the mailbox's marks as they are now: a FETCH CHANGEDSINCE
+    must also find changes the session has not been told of yet (its own STORE, say)."""
+
+    marks: Marks
+    uids: object
+    seq_of: object
+
+
+def _changed_uids(store, selected, since: int, uids: list[int]) -> list[int]:
+    """Those of ``uids`` whose MODSEQ may be above ``since``: the messages the change log names
+    after the point ``since`` came from and those newer than it (mailstore/modseqs.py), not
+    every row.  The FETCH still checks each row's MODSEQ."""
+    marks = store.marks([selected.mailbox.id]).get(selected.mailbox.id)
+    if marks is None:
+        return uids
+    found = store.since_modseq(selected.mailbox, since, _Now(marks, selected.uids,
+                                                              selected.seq_of))
+    changed = {uid for uid, _flags in found.changed}
+    return [u for u in uids if u in changed]
+
+
 @defer.inlineCallbacks
 def fetch_command(ctx, uid_mode: bool):
-    ctx.expect_args(2, 3)
+    ctx.expect_args(2, 4)
     selected = ctx.session.selected
     uids = resolve_set(ctx, ctx.args[0], uid_mode)
-    spec = ctx.args[1]
-    if len(ctx.args) == 3:
-        # RFC 8970 section 6: a lone fetch-att may be PREVIEW with its modifiers.
-        if not (isinstance(spec, Atom) and spec.upper() == "PREVIEW"
-                and isinstance(ctx.args[2], list)):
-            raise Bad(f"{ctx.name} takes 2 argument(s)")
-        spec = [spec, ctx.args[2]]
+    spec, *rest = ctx.args[1:]
+    if rest and isinstance(spec, Atom) and spec.upper() == "PREVIEW" \
+            and _preview_modifiers(rest[0]):
+        # RFC 8970 section 6: a lone fetch-att may be PREVIEW with its modifiers, which may
+        # be followed by the command's own (RFC 7162's CHANGEDSINCE, VANISHED).
+        spec = [spec, rest.pop(0)]
+    if len(rest) > 1:
+        raise Bad(f"{ctx.name} takes at most one list of fetch modifiers")
     try:
         items = parse_fetch_items(spec)
     except ValueError as exc:
         raise Bad(str(exc)) from None
-    if uid_mode and not any(i.kind == "UID" for i in items):
-        # RFC 3501 6.4.8: UID FETCH responses always carry the UID.
-        from ..render import parse_fetch_item
+    changed_since, vanished = _modifiers(rest[0] if rest else None, uid_mode)
+    from ..render import parse_fetch_item
+    if changed_since is not None or any(i.kind == "MODSEQ" for i in items):
+        yield enable_condstore(ctx)  # RFC 7162 3.1: CONDSTORE-enabling
+        if not any(i.kind == "MODSEQ" for i in items):
+            items = [*items, parse_fetch_item("MODSEQ")]
+    if vanished:
+        # RFC 7162 3.2.6: only with CHANGEDSINCE, only once QRESYNC is enabled.
+        if "QRESYNC" not in ctx.session.enabled:
+            raise Bad("VANISHED needs QRESYNC enabled first")
+        if changed_since is None:
+            raise Bad("VANISHED used without CHANGEDSINCE")
+    condstore, qresync = modseq_modes(ctx.session)
+    if (uid_mode or qresync) and not any(i.kind == "UID" for i in items):
+        # RFC 3501 6.4.8: UID FETCH responses always carry the UID; RFC 7162 3.2.4: every
+        # FETCH once QRESYNC is enabled.
         items = [parse_fetch_item("UID"), *items]
+    if vanished:
+        text = str(ctx.args[0]) if not isinstance(ctx.args[0], bytes) else ctx.args[0].decode()
+        line = yield ctx.call(_vanished, ctx.store, selected, text, changed_since)
+        if line is not None:
+            ctx.untagged(line)
+    if changed_since is not None and len(uids) > CHANGED_SCAN:
+        uids = yield ctx.call(_changed_uids, ctx.store, selected, changed_since, uids)
     needs: set[str] = set()
     for item in items:
         needs |= item.needs
@@ -221,7 +345,9 @@ def fetch_command(ctx, uid_mode: bool):
         responses, lost = yield ctx.call(_render_batch, ctx.store, selected.mailbox, batch,
                                          columns, items, set_seen, selected.seq_of,
                                          selected.note_own_flags, selected.recent, shown,
-                                         unknown_cte)
+                                         unknown_cte, changed_since,
+                                         condstore and not any(i.kind == "MODSEQ"
+                                                               for i in items))
         gone += lost
         # RFC 3501 7.2.6: a keyword the client was not told of is announced before the FETCH
         # that shows it (one another session set since our last refresh, say).

@@ -4,8 +4,9 @@
                                                ; RFC 3501 6.3.11, RFC 3502 MULTIAPPEND
     expunge  = "EXPUNGE"                       ; 6.4.3
     uid-exp  = "UID EXPUNGE" SP sequence-set   ; RFC 4315
-    store    = "STORE" SP sequence-set SP ["+" / "-"] "FLAGS" [".SILENT"] SP
-               (flag-list / (flag *(SP flag)))  ; 6.4.6
+    store    = "STORE" SP sequence-set [SP "(" "UNCHANGEDSINCE" SP mod-sequence-valzer ")"]
+               SP ["+" / "-"] "FLAGS" [".SILENT"] SP
+               (flag-list / (flag *(SP flag)))  ; 6.4.6, RFC 7162 3.1.3
     copy     = "COPY" SP sequence-set SP mailbox          ; 6.4.7, COPYUID (RFC 4315)
     move     = "MOVE" SP sequence-set SP mailbox          ; RFC 6851
     uid      = "UID" SP (copy / move / fetch / search / store / uid-exp / sort / thread)
@@ -26,7 +27,15 @@ from ..context import AUTH, SELECTED, Bad, No, command
 from ..names import decode_name
 from ..seqset import parse_seqset
 from ..wire import Atom, Literal
-from .common import announce_keywords, flags_list, report_changes
+from .common import (
+    announce_keywords,
+    enable_condstore,
+    flags_list,
+    modseq_item,
+    modseq_modes,
+    parse_modseq,
+    report_changes,
+)
 
 _MONTHS = {m: i for i, m in enumerate(calendar.month_abbr) if m}
 
@@ -202,6 +211,14 @@ def expunge(ctx):
 
 @defer.inlineCallbacks
 def _store(ctx, uid_mode: bool):
+    unchanged_since = None
+    if len(ctx.args) > 1 and isinstance(ctx.args[1], list):
+        # RFC 7162 3.1.3: the one store modifier we know; a CONDSTORE-enabling command.
+        modifier = ctx.args.pop(1)
+        if len(modifier) != 2 or str(modifier[0]).upper() != "UNCHANGEDSINCE":
+            raise Bad("Unknown STORE modifier (only UNCHANGEDSINCE is supported)")
+        unchanged_since = parse_modseq(modifier[1], zero=True)
+        yield enable_condstore(ctx)
     if len(ctx.args) < 3:
         raise Bad("STORE takes a sequence set, an item and flags")
     _writable(ctx)
@@ -215,10 +232,14 @@ def _store(ctx, uid_mode: bool):
     flags = parse_flag_args(ctx.args[2:])
     selected = ctx.session.selected
 
+    condstore, qresync = modseq_modes(ctx.session)
+
     def run():
-        changed, _ = ctx.store.store_flags(selected.mailbox, uids, flags, mode)
-        return changed, [] if silent else ctx.store.fetch(selected.mailbox, uids)
-    changed, views = yield ctx.call(run)
+        changed, failed = ctx.store.store_flags(selected.mailbox, uids, flags, mode,
+                                                unchanged_since)
+        return changed, failed, [] if silent else ctx.store.fetch(
+            selected.mailbox, [u for u in uids if u not in set(failed)])
+    changed, failed, views = yield ctx.call(run)
     selected.note_own_flags(changed)  # .SILENT too: the client knows what it set
     updates = []
     if selected.contexts and changed:
@@ -226,16 +247,33 @@ def _store(ctx, uid_mode: bool):
     # A keyword new to the client is announced before the FETCH that shows it, .SILENT or
     # not (RFC 3501 7.2.6; Dovecot does the same).
     announce_keywords(ctx, (name for view in views for name in view.flags.names))
+    if silent and condstore:
+        # RFC 7162 3.1.3: the new MODSEQ of each message changed, even with .SILENT.
+        for uid, new in changed:
+            seq = selected.seq_of(uid)
+            if seq is not None:
+                item = modseq_item(new.modseq)
+                if uid_mode or qresync:
+                    item = b"UID %d " % uid + item
+                ctx.untagged(b"%d FETCH (%s)" % (seq, item))
     for view in views:
         seq = selected.seq_of(view.uid)
         if seq is None:
             continue
         item = b"FLAGS " + flags_list(view.flags.names, view.uid in selected.recent)
-        if uid_mode:
+        if uid_mode or qresync:  # RFC 7162 3.2.4: UID in every FETCH once QRESYNC is on
             item = b"UID %d " % view.uid + item
+        if condstore:
+            item += b" " + modseq_item(view.modseq)
         ctx.untagged(b"%d FETCH (%s)" % (seq, item))
     for line in updates:  # RFC 5267 4.3.2: after the FETCH that caused them
         ctx.untagged(line)
+    if failed:
+        # RFC 7162 3.1.3: the messages whose MODSEQ was above UNCHANGEDSINCE, by UID for
+        # UID STORE, else by sequence number.
+        named = failed if uid_mode else sorted(
+            s for s in (selected.seq_of(u) for u in failed) if s is not None)
+        ctx.finish(b"OK", "Conditional STORE failed", f"MODIFIED {uid_set_text(named)}")
 
 
 @command("STORE", SELECTED)

@@ -5,6 +5,11 @@
     search-return-opts: see ../search_return.py  (ESEARCH RFC 4731, SEARCHRES RFC 5182,
                      CONTEXT=SEARCH RFC 5267, PARTIAL RFC 9394)
     command-select =/ "CANCELUPDATE" 1*(SP quoted)      ; RFC 5267 4.3.5
+    search-key     =/ "MODSEQ" [search-modseq-ext] SP mod-sequence-valzer  ; RFC 7162 3.1.5
+    search-return-data =/ "MODSEQ" SP mod-sequence-value              ; RFC 4731 3.2
+
+A search with a MODSEQ key is CONDSTORE-enabling; its answer carries the highest MODSEQ of
+the messages returned (``* SEARCH 2 5 (MODSEQ 917)``, or ``MODSEQ 917`` in the ESEARCH).
 
 The search itself is in ../search*.py, the ESEARCH response in ../esearch.py, update contexts
 in ../search_updates.py.  Without RETURN the answer is ``* SEARCH``; with it, one ``* ESEARCH``
@@ -22,8 +27,10 @@ from twisted.internet import defer
 from ..context import SELECTED, Bad, No, command
 from ..esearch import esearch_line, result_items
 from ..search import BadCharset, answerable_from_flags, evaluate, parse_search
+from ..search_parse import ModseqKey, walk
 from ..search_return import split_return
 from ..search_updates import noupdate_line
+from .common import enable_condstore
 
 
 @defer.inlineCallbacks
@@ -49,21 +56,35 @@ def search_command(ctx, uid_mode: bool):
         raise Bad(str(exc)) from None
     uids = list(selected.uids)
     recent = set(selected.recent)
+    with_modseq = any(isinstance(k, ModseqKey) for k in walk(program.key))
+    if with_modseq:
+        yield enable_condstore(ctx)  # RFC 7162 3.1: a CONDSTORE-enabling command
 
     def run():
         # Keys on system flags only (UNSEEN, DELETED, ...): answered from the session's index.
         flag_sets = selected.flag_sets() if answerable_from_flags(program) else None
-        return evaluate(program, ctx.store, selected.mailbox, uids, recent,
-                        flag_sets=flag_sets)
+        matched = evaluate(program, ctx.store, selected.mailbox, uids, recent,
+                           flag_sets=flag_sets)
+        highest = 0
+        if with_modseq and (options is None or options.sends_esearch):
+            # RFC 7162 3.1.5, RFC 4731 3.2: the highest MODSEQ of the messages returned --
+            # all found, or with MIN/MAX/PARTIAL and neither ALL nor COUNT only those (the
+            # ones SAVE would keep); none when nothing is returned.
+            returned = matched if options is None else options.saved_part(matched)
+            if returned:
+                highest = max((v.modseq for v in ctx.store.fetch(selected.mailbox, returned)),
+                              default=0)
+        return matched, highest
     try:
-        matched = yield ctx.call(run)
+        matched, highest = yield ctx.call(run)
     except Exception:
         if options is not None and options.save:
             selected.saved = []
         raise
     numbers = program.response_numbers(matched, uids)
     if options is None:
-        ctx.untagged(b"SEARCH" + b"".join(b" %d" % n for n in numbers))
+        ctx.untagged(b"SEARCH" + b"".join(b" %d" % n for n in numbers)
+                     + (b" (MODSEQ %d)" % highest if highest else b""))
         return
     if options.save:
         selected.saved = options.saved_part(matched)
@@ -73,6 +94,8 @@ def search_command(ctx, uid_mode: bool):
             partial = (options.partial_label(), options.partial_slice(numbers))
         items = result_items(numbers, want_min=options.min, want_max=options.max,
                              want_all=options.all, want_count=options.count, partial=partial)
+        if highest:
+            items.append(("MODSEQ", str(highest)))
         ctx.untagged(esearch_line(ctx.tag, uid_mode, items))
     if options.update:
         if selected.contexts.full():
