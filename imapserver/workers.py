@@ -100,6 +100,10 @@ def open_listeners(cfg, announce) -> dict[str, socket.socket]:
             if port is None:
                 continue
             sockets[name] = _bind(host, port, backlog, name)
+            # Non-blocking for every process sharing it (the flag belongs to the one open
+            # socket): a worker that finds the queue emptied by another must not block in
+            # accept().
+            sockets[name].setblocking(False)
             announce(name, host, sockets[name].getsockname()[1])
     except BaseException:
         for sock in sockets.values():
