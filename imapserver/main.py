@@ -124,7 +124,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"imapserver: cannot open the store: {exc}", file=sys.stderr)
         return 1
 
+    from . import observe
     from .observe import reopen_log, serve_metrics, start_logging, start_metrics
+    if spec is not None:
+        observe.WORKER = spec["index"]
     start_logging(cfg)
     workers = worker_count(cfg["server"]["workers"])
     if spec is None and workers > 1:

@@ -200,6 +200,10 @@ def _component(logger_name: str) -> str:
     return "aiosmtpd" if logger_name == "mail.log" else logger_name
 
 
+WORKER: int | None = None
+"""In a worker process (imapserver.workers): its number, added to every line as ``worker``."""
+
+
 def log_record(event: dict) -> dict:
     """The fields of one line for a twisted.logger ``event``: ``ts``, ``level``,
     ``component``, ``event``, then the event's own fields.
@@ -223,6 +227,8 @@ def log_record(event: dict) -> dict:
     else:
         record["event"] = "message"
         record["message"] = (formatEvent(event) or "").strip()
+    if WORKER is not None:
+        record["worker"] = WORKER
     failure = event.get("log_failure")
     if failure is not None:
         record["error"] = f"{failure.type.__name__}: {failure.getErrorMessage()}"

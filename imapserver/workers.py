@@ -214,6 +214,10 @@ class Supervisor:
             return
         self.stopping = True
         self.log.info("stopping", workers=sum(1 for w in self.workers if w.proc))
+        # The workers close their copies as they stop accepting; once the parent's are closed
+        # too, a new connection is refused at once instead of waiting in a queue nobody reads.
+        for listener in self.listeners.values():
+            listener.close()
         for worker in self.workers:
             worker.restart_at = None
             if worker.proc is not None:

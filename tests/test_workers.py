@@ -264,3 +264,31 @@ def test_workers_stop_when_the_parent_is_killed(data_dir):
         while any(os.path.exists(f"/proc/{p}") and not _zombie(p) for p in pids.values()):
             assert time.monotonic() < deadline, "workers outlived their parent"
             time.sleep(0.05)
+
+
+def test_sighup_reopens_the_log_file_in_every_process(data_dir, tmp_path):
+    """SIGHUP to the parent (logrotate's postrotate): the parent and each worker write to a
+    new ``[log] file`` once the old one was moved aside, each worker's lines labelled."""
+    log = tmp_path / "server.log"
+    conf = tmp_path / "c.conf"
+    conf.write_text(f"[log]\nfile = {log}\n")
+    with ServerProcess(data_dir, "--workers", "2", config=str(conf)) as server:
+        deadline = time.monotonic() + 30
+        while b"workers_ready" not in (log.read_bytes() if log.exists() else b""):
+            assert time.monotonic() < deadline, "workers never ready"
+            time.sleep(0.05)
+        log.rename(tmp_path / "server.log.1")
+        server.proc.send_signal(signal.SIGHUP)
+        deadline = time.monotonic() + 10
+        workers = set()
+        while workers != {"1", "2"}:
+            assert time.monotonic() < deadline, log.read_text() if log.exists() else "no log"
+            client = Client(server.port)  # RFC 3501 6.1.3: a session that ends with LOGOUT
+            client.cmd("a", "LOGIN ann pw")
+            client.cmd("z", "LOGOUT")
+            client.close()
+            time.sleep(0.05)
+            if log.exists():
+                workers |= set(re.findall(r" imap session .* worker=(\d)$", log.read_text(),
+                                          re.M))
+        assert server.proc.poll() is None
