@@ -14,6 +14,12 @@ Each listener prints one line ``<name> listening on <host>:<port>`` once it is b
 0 disables a listener (as in the config file); ``auto`` on the command line binds a port the kernel
 chooses, and the printed line is how scripts and tests learn it.  (Picking a free port in the test
 and passing its number would race with any other process binding ports in between.)
+
+With ``[server] workers`` (``--workers``) above 1 -- ``auto``, the default, is one per core --
+this process becomes the supervisor of that many workers (imapserver.workers): it checks and
+binds everything, prints the lines above, then runs this same ``main`` in each worker, which
+finds ``IMAPSERVER_WORKER`` in its environment and serves the inherited sockets instead of
+binding its own.
 """
 
 from __future__ import annotations
@@ -152,8 +158,8 @@ def main(argv: list[str] | None = None) -> int:
             if spec is None:
                 metrics = start_metrics(cfg, announce)
             elif spec["metrics"] is not None:
-                from .observe import _prepare_registry
-                _prepare_registry()
+                from .observe import prepare_registry
+                prepare_registry()
                 metrics = serve_metrics(socket.socket(fileno=spec["metrics"]))
             else:
                 metrics = None

@@ -333,7 +333,7 @@ def reopen_log() -> None:
     old.close()
 
 
-def _prepare_registry() -> None:
+def prepare_registry() -> None:
     # Counters' "_created" series double the output for a value nobody graphs, and
     # python_info's labels are version strings: neither is in docs/metrics.md.
     prometheus_client.disable_created_metrics()
@@ -366,7 +366,7 @@ def start_metrics(cfg, announce) -> object | None:
     port = listen_port(cfg["metrics"]["port"])
     if port is None:
         return None
-    _prepare_registry()
+    prepare_registry()
     host = cfg["metrics"]["host"]
     server, _thread = start_http_server(port, addr=host)
     announce("metrics", host, server.server_port)

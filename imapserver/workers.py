@@ -339,24 +339,25 @@ def supervise(cfg, argv: list[str], count: int, announce) -> int:
     from .services import listen_port
 
     metrics_server = None
+    metrics_sock = None
     listeners: dict[str, socket.socket] = {}
     try:
         port = listen_port(cfg["metrics"]["port"])
-        if port is not None:
+        if port is not None:  # first, as a single process starts it first
             host = cfg["metrics"]["host"]
-            sock = _bind(host, port, 16, "metrics")
-            announce("metrics", host, sock.getsockname()[1])
+            metrics_sock = _bind(host, port, 16, "metrics")
+            announce("metrics", host, metrics_sock.getsockname()[1])
         listeners = open_listeners(cfg, announce)
     except Exception as exc:  # a port in use, a bad certificate, ...
         print(f"imapserver: cannot start: {exc}", file=sys.stderr, flush=True)
-        if port is not None and "sock" in locals():
-            sock.close()
+        if metrics_sock is not None:
+            metrics_sock.close()
         return 1
     supervisor = Supervisor(cfg, argv, count, listeners)
-    if port is not None:
+    if metrics_sock is not None:
         registry = CollectorRegistry(auto_describe=False)
         registry.register(supervisor)
-        metrics_server = serve_metrics(sock, registry)
+        metrics_server = serve_metrics(metrics_sock, registry)
     try:
         return supervisor.run()
     finally:
