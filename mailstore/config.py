@@ -35,6 +35,16 @@ def _choice(*allowed: str):
     return parse
 
 
+def _workers(text: str) -> int | str:
+    """``auto`` (one per core) or a number of worker processes, at least 1."""
+    if text.strip() == "auto":
+        return "auto"
+    value = int(text)
+    if value < 1:
+        raise ValueError("expected auto or a number of processes, at least 1")
+    return value
+
+
 @dataclass(frozen=True)
 class Key:
     parse: Any
@@ -43,6 +53,9 @@ class Key:
 
 # section -> key -> Key.  conf/imapserver.conf documents each one; a test checks they agree.
 SCHEMA: dict[str, dict[str, Key]] = {
+    "server": {
+        "workers": Key(_workers, "auto"),
+    },
     "store": {
         "backend": Key(_choice("embedded", "hbase"), "embedded"),
         "data_dir": Key(str, "data"),

@@ -31,10 +31,22 @@ DEADLINE = 30.0
 """Seconds after which a process still running is a failure (it would never have exited)."""
 
 
+WORKERS = ["1"]
+
+
+@pytest.fixture(autouse=True, params=["1", "2"], ids=["one-process", "two-workers"])
+def workers(request):
+    """Every case with one process and with a supervisor of two workers, where the parent
+    checks and binds everything before any worker exists (imapserver.workers)."""
+    WORKERS[0] = request.param
+    yield request.param
+    WORKERS[0] = "1"
+
+
 def server_cmd(data_dir, *extra: str) -> list[str]:
     return [sys.executable, "-m", "imapserver.main", "--data-dir", str(data_dir),
             "--imap-port", "auto", "--imaps-port", "0", "--smtp-port", "0", "--lmtp-port", "0",
-            *extra]
+            "--workers", WORKERS[0], *extra]
 
 
 def run_until_exit(cmd: list[str], **popen) -> tuple[int, str, float]:

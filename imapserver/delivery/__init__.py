@@ -14,7 +14,7 @@ import asyncio
 import socket
 import ssl
 
-from ..services import listen_port
+from ..services import INHERITED, inherited, listen_port
 from .handler import DeliveryHandler, Settings
 from .protocol import StoreLMTP, StoreSMTP
 
@@ -71,6 +71,8 @@ def start(store, cfg, reactor, loop: asyncio.AbstractEventLoop, announce) -> lis
     for name, key, protocol, lmtp in (("smtp", "smtp_port", StoreSMTP, False),
                                       ("lmtp", "lmtp_port", StoreLMTP, True)):
         port = listen_port(section[key])
+        if INHERITED is not None:  # a worker: serve what the supervisor opened
+            port = inherited(name)
         if port is not None:
             wanted.append((name, port, protocol, lmtp))
     # Every socket is bound before any serves: if one cannot be (a port in use), the others
@@ -78,6 +80,11 @@ def start(store, cfg, reactor, loop: asyncio.AbstractEventLoop, announce) -> lis
     sockets: list[socket.socket] = []
     try:
         for _name, port, _protocol, _lmtp in wanted:
+            if INHERITED is not None:  # ``port`` is the inherited socket's descriptor
+                sock = socket.socket(fileno=port)
+                sock.setblocking(False)
+                sockets.append(sock)
+                continue
             sockets.append(_listen(section["host"], port))
     except BaseException:
         for sock in sockets:
@@ -119,13 +126,13 @@ def tls_context(cfg) -> ssl.SSLContext | None:
     return context
 
 
-def _listen(host: str, port: int) -> socket.socket:
+def _listen(host: str, port: int, backlog: int = 128) -> socket.socket:
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind((host, port))
-        sock.listen(128)
+        sock.listen(backlog)
         sock.setblocking(False)
     except OSError as exc:
         sock.close()
