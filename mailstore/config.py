@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .content import DEFAULT_CHUNK, check_chunk_size
+from .schema import Layout
 
 
 class ConfigError(ValueError):
@@ -138,10 +139,10 @@ class Config:
         return "hbase", {k: v for k, v in self.values["hbase"].items() if k not in LAYOUT_KEYS}
 
     def store_options(self) -> dict[str, Any]:
-        from .schema import Layout    # schema imports the backends, which import config
         store = self.values["store"]
-        return {"layout": Layout.from_config(self)} | {k: store[k] for k in ("chunk_size", "read_ahead", "max_message_size",
-                                      "abandon_after", "intent_timeout", "release_grace")}
+        options = {k: store[k] for k in ("chunk_size", "read_ahead", "max_message_size",
+                                         "abandon_after", "intent_timeout", "release_grace")}
+        return {"layout": Layout.from_config(self), **options}
 
 
 def load(path: str | None = None, overrides: dict[str, dict[str, Any]] | None = None) -> Config:

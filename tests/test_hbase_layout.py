@@ -32,7 +32,8 @@ FAMILY_ATTRS = {
     "MOB_THRESHOLD": r"[1-9][0-9]*",
     "TTL": r"[1-9][0-9]*",
 }
-TABLE_ATTRS = {"NUMREGIONS": r"([2-9]|[1-9][0-9]+)", "SPLITALGO": r"'(UniformSplit|HexStringSplit)'"}
+TABLE_ATTRS = {"NUMREGIONS": r"([2-9]|[1-9][0-9]+)",
+               "SPLITALGO": r"'(UniformSplit|HexStringSplit)'"}
 
 
 def parse_create(line: str) -> tuple[str, list[dict[str, str]]]:
