@@ -11,6 +11,7 @@ import os
 import re
 
 import happybase
+import Hbase_thrift  # loaded by happybase from its Hbase.thrift
 import pytest
 
 from mailstore import config
@@ -180,3 +181,21 @@ def test_init_schema_over_thrift_sends_the_family_options_and_says_what_it_canno
         assert fam["bloom_filter_type"] in (b"ROW", "ROW")
         assert fam["block_cache_enabled"] is True
         assert fam["max_versions"] == 1
+
+
+def test_the_test_gateway_refuses_family_options_hbase_would(tmp_path):
+    """Like HBase's colDescFromThrift, the in-process gateway takes compression names in any
+    case and bloom filter types spelled exactly, and refuses others as IllegalArgument."""
+    with ThriftGateway(str(tmp_path / "hbase")) as gateway:
+        conn = happybase.Connection("127.0.0.1", gateway.port, autoconnect=True)
+        try:
+            conn.create_table("OK", {"f": {"compression": "snappy", "bloom_filter_type": "ROW",
+                                           "in_memory": True, "time_to_live": 86400}})
+            assert conn.table("OK").families()[b"f"]["in_memory"] is True
+            for bad, says in (({"compression": "brotli9"}, "unknown compression"),
+                              ({"bloom_filter_type": "row"}, "BloomType.row")):
+                with pytest.raises(Hbase_thrift.IllegalArgument, match=says):
+                    conn.create_table("BAD", {"f": bad})
+            assert b"BAD" not in conn.tables()
+        finally:
+            conn.close()
