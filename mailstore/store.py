@@ -34,7 +34,7 @@ from .messages import (
 )
 from .modseqs import SinceModseq, since_modseq
 from .records import COMMITTED, DELETING, MOVING, Flags, MessageRecord, state_of
-from .schema import IMPORTS, INTENTS, create_schema
+from .schema import IMPORTS, INTENTS, Layout, create_schema
 from .sortcache import MessageKeys, SortKeyCache
 from .transfers import Transfers
 from .users import QuotaUsage, User, Users, check_quota
@@ -80,10 +80,11 @@ class MailStore:
                  clock: Callable[[], float] = time.time,
                  sleep: Callable[[float], None] = time.sleep,
                  abandon_after: float = 10.0, intent_timeout: float = 60.0,
-                 release_grace: float = DEFAULT_GRACE, create_tables: bool = True):
+                 release_grace: float = DEFAULT_GRACE, create_tables: bool = True,
+                 layout: Layout | None = None):
         self.backend = backend
         if create_tables:
-            create_schema(backend)
+            create_schema(backend, layout)
         self.max_message_size = max_message_size
         self.clock = clock
         self.content = ContentStore(backend.table("JAMES_CONTENT"), chunk_size, read_ahead, clock,
