@@ -88,6 +88,10 @@ def open_listeners(cfg, announce) -> dict[str, socket.socket]:
     from .services import listen_port
 
     context = tls_context(cfg)  # a missing or bad certificate fails here, before any bind
+    # The delivery listeners' own checks too (their context, STARTTLS required without a
+    # certificate): a worker that fails them would only be restarted until the parent gives up.
+    from .delivery import check_tls
+    check_tls(cfg)
     backlog = cfg["imap"]["listen_backlog"]
     wanted = [("imap", cfg["imap"]["host"], listen_port(cfg["imap"]["port"])),
               ("imaps", cfg["imap"]["host"],

@@ -62,11 +62,8 @@ def start(store, cfg, reactor, loop: asyncio.AbstractEventLoop, announce) -> lis
                         over_quota_code=section["over_quota_code"])
     limit = cfg["store"]["max_message_size"]
     # Loaded before any socket is bound: a missing or broken certificate stops start-up.
-    context = tls_context(cfg)
+    context = check_tls(cfg)
     require_tls = section["smtp_require_starttls"]
-    if require_tls and context is None:
-        # aiosmtpd would silently drop the requirement without a certificate.
-        raise ValueError("[delivery] smtp_require_starttls = yes needs [imap] tls_cert")
     wanted = []
     for name, key, protocol, lmtp in (("smtp", "smtp_port", StoreSMTP, False),
                                       ("lmtp", "lmtp_port", StoreLMTP, True)):
@@ -108,6 +105,17 @@ def start(store, cfg, reactor, loop: asyncio.AbstractEventLoop, announce) -> lis
         listeners.append(Listener(name, serving, bound, connections))
         announce(name, section["host"], bound)
     return listeners
+
+
+def check_tls(cfg) -> ssl.SSLContext | None:
+    """The STARTTLS context (see tls_context), after checking the settings that need one.
+
+    Raises ValueError for ``smtp_require_starttls = yes`` without a certificate: aiosmtpd would
+    silently drop the requirement."""
+    context = tls_context(cfg)
+    if cfg["delivery"]["smtp_require_starttls"] and context is None:
+        raise ValueError("[delivery] smtp_require_starttls = yes needs [imap] tls_cert")
+    return context
 
 
 def tls_context(cfg) -> ssl.SSLContext | None:
