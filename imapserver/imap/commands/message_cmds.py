@@ -125,6 +125,20 @@ def parse_flag_args(args) -> list[str]:
     return flags
 
 
+def take_append_message(args: list, verb: str) -> tuple[list[str], float | None, object]:
+    """Take one ``[flag-list SP] [date-time SP] literal`` off the front of ``args`` (RFC 3501
+    6.3.11 append-message; RFC 8508 REPLACE takes the same): ``(flags, internal date or None,
+    message)``, the message a literal's bytes or a spooled file.  BAD without a literal."""
+    flags, date = [], None
+    if args and isinstance(args[0], list):
+        flags = parse_flag_args([args.pop(0)])
+    if args and isinstance(args[0], bytes) and not isinstance(args[0], Literal):
+        date = parse_date_time(args.pop(0))
+    if not args or not (isinstance(args[0], Literal) or hasattr(args[0], "read")):
+        raise Bad(f"{verb} expects a message literal")
+    return flags, date, args.pop(0)
+
+
 def _writable(ctx):
     if ctx.session.selected.readonly:
         raise No("Mailbox is read-only", "READ-ONLY")
@@ -141,14 +155,7 @@ def append(ctx):
     messages = []
     args = ctx.args[1:]
     while args:
-        flags, date = [], None
-        if isinstance(args[0], list):
-            flags = parse_flag_args([args.pop(0)])
-        if args and isinstance(args[0], bytes) and not isinstance(args[0], Literal):
-            date = parse_date_time(args.pop(0))
-        if not args or not (isinstance(args[0], Literal) or hasattr(args[0], "read")):
-            raise Bad("APPEND expects a message literal")
-        messages.append((flags, date, args.pop(0)))
+        messages.append(take_append_message(args, "APPEND"))
     user = ctx.session.user
 
     def run():
