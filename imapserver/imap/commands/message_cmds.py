@@ -8,8 +8,8 @@
                (flag-list / (flag *(SP flag)))  ; 6.4.6
     copy     = "COPY" SP sequence-set SP mailbox          ; 6.4.7, COPYUID (RFC 4315)
     move     = "MOVE" SP sequence-set SP mailbox          ; RFC 6851
-    uid      = "UID" SP (copy / move / fetch / search / store / uid-exp / sort / thread)
-                                                          ; 6.4.8, RFC 5256
+    uid      = "UID" SP (copy / move / fetch / search / store / uid-exp / sort / thread /
+                         replace)                         ; 6.4.8, RFC 5256, RFC 8508
 """
 
 from __future__ import annotations
@@ -323,6 +323,9 @@ def uid(ctx):
         return _transfer(ctx, uid_mode=True, move=False)
     if sub == "MOVE":
         return _transfer(ctx, uid_mode=True, move=True)
+    if sub == "REPLACE":
+        from .replace_cmd import replace_command
+        return replace_command(ctx, uid_mode=True)
     if sub == "EXPUNGE":
         ctx.expect_args(1)
         return _expunge(ctx, resolve(ctx, ctx.args[0], uid_mode=True))
