@@ -51,6 +51,7 @@ class Session:
                 "THREAD=REFERENCES", "ESORT", f"APPENDLIMIT={self.append_limit()}",
                 "STATUS=SIZE", "OBJECTID", "SAVEDATE", "PREVIEW"]
         caps += ["CREATE-SPECIAL-USE", *QUOTA_CAPABILITIES]  # RFC 6154 3, RFC 9208
+        caps.append("REPLACE")  # RFC 8508 3.1
         if self.user is None:
             if not self.tls and self.server.tls_context is not None:
                 caps.append("STARTTLS")
