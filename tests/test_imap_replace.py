@@ -236,6 +236,8 @@ def test_bad_syntax(login, command):
     lines = replace(c, "r", command, DRAFT)
     assert lines[-1].startswith(b"r BAD"), lines
     assert bodies(c) == [message(1)]
+    # The refusal is REPLACE's own, not an unknown command's: the well-formed one works.
+    assert replace(c, "ok", "REPLACE 1 Drafts", DRAFT)[-1] == b"ok OK REPLACE completed"
 
 
 def test_bad_without_literal_or_selection(login):
@@ -250,3 +252,4 @@ def test_bad_without_literal_or_selection(login):
            + f" {{{len(DRAFT)}+}}\r\n".encode() + DRAFT + b"\r\n")
     assert c.until_tagged("r3")[-1].startswith(b"r3 BAD")
     assert bodies(c) == [message(1)]
+    assert replace(c, "ok", "REPLACE 1 Drafts", DRAFT)[-1] == b"ok OK REPLACE completed"
