@@ -253,3 +253,17 @@ def test_bad_without_literal_or_selection(login):
     assert c.until_tagged("r3")[-1].startswith(b"r3 BAD")
     assert bodies(c) == [message(1)]
     assert replace(c, "ok", "REPLACE 1 Drafts", DRAFT)[-1] == b"ok OK REPLACE completed"
+
+
+def test_large_replacement_spooled_to_disk(login):
+    """RFC 8508 3.2: the message is an ordinary APPEND literal; one over the server's in-memory
+    limit (spooled to a temporary file, imapserver.imap.protocol.SPOOL_ABOVE) replaces as a
+    small one does, octet for octet."""
+    from imapserver.imap.protocol import SPOOL_ABOVE
+    c = login()
+    append(c, "Drafts", message(1))
+    big = message(2, size=SPOOL_ABOVE + 100_000)
+    c.cmd("s", "SELECT Drafts")
+    assert replace(c, "r", "REPLACE 1 Sent", big)[-1] == b"r OK REPLACE completed"
+    c.cmd("s", "SELECT Sent")
+    assert bodies(c) == [big]

@@ -40,7 +40,6 @@ def replace_command(ctx, uid_mode: bool):
     args = list(ctx.args)
     token = args.pop(0)
     name = decode_name(args.pop(0))
-    message = None
     try:
         flags, date, message = take_append_message(args, "REPLACE")
         if args:
@@ -61,8 +60,11 @@ def replace_command(ctx, uid_mode: bool):
                                                   flags, date)
         target, uid, (validity, new_uid) = yield ctx.call(run)
     finally:
-        if hasattr(message, "close"):
-            message.close()
+        # A literal spooled to a file (large messages) is closed whatever became of it: also
+        # when the arguments around it were refused.
+        for item in ctx.args:
+            if hasattr(item, "close"):
+                item.close()
     # RFC 8508 4.3: APPENDUID in an untagged OK before the EXPUNGE; then the EXPUNGE and the
     # EXISTS (when the target is the selected mailbox) as MOVE's are reported.
     ctx.untagged(f"OK [APPENDUID {validity} {new_uid}] Replacement message ready".encode())
