@@ -80,12 +80,13 @@ STORE_OPERATIONS = (
     "authenticate", "open_mailbox", "refresh", "list_mailboxes", "mailbox_status",
     "create_mailbox", "delete_mailbox", "rename_mailbox", "subscribe", "unsubscribe",
     "append", "fetch", "read_content", "search", "store_flags", "expunge", "copy", "move",
-    "resolve_recipient", "deliver", "quota", "other")
+    "replace", "resolve_recipient", "deliver", "quota", "other")
 """The values of the ``operation`` label: what a store call does, not the function that
 does it ("other" is a call nobody named yet: a bug to report)."""
 
 _KNOWN_COMMANDS: set[str] = set()
-UID_COMMANDS = ("COPY", "EXPUNGE", "FETCH", "MOVE", "SEARCH", "SORT", "STORE", "THREAD")
+UID_COMMANDS = ("COPY", "EXPUNGE", "FETCH", "MOVE", "REPLACE", "SEARCH", "SORT", "STORE",
+                "THREAD")
 """UID's sub-commands (RFC 3501 6.4.8, RFC 4315, RFC 6851, RFC 5256): labelled "UID FETCH",
 ..."""
 

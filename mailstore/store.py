@@ -20,7 +20,15 @@ from .backends import open_backend
 from .backends.base import Backend, Mutation, decode_counter, delete_rows
 from .changelog import ChangeLog
 from .content import DEFAULT_CHUNK, DEFAULT_GRACE, ContentStore
-from .errors import AlreadyExists, InvalidName, NotFound, OverQuota, TooLarge, Unpublished
+from .errors import (
+    AlreadyExists,
+    Expunged,
+    InvalidName,
+    NotFound,
+    OverQuota,
+    TooLarge,
+    Unpublished,
+)
 from .index import CHECKPOINT_EVERY, Delta, Indexes, MailboxIndex, Marks
 from .mailboxes import DEFAULT_FOLDERS, MODSEQ, Mailbox, Mailboxes
 from .messages import (
@@ -289,18 +297,22 @@ class MailStore:
         return self.backend.grouped()
 
     def _append(self, user: str, mailbox_name: str | Mailbox, source, size: int | None,
-                flags: Iterable[str], internal_date: float | None) -> tuple[int, int]:
+                flags: Iterable[str], internal_date: float | None,
+                credit: tuple[int, int] = (0, 0)) -> tuple[int, int]:
+        """``credit``: (bytes, messages) the caller frees right after (REPLACE's message),
+        not counted against the quota."""
+        credit_bytes, credit_messages = credit
         if isinstance(mailbox_name, Mailbox):
             if mailbox_name.owner != user:
                 raise NotFound(f"no such mailbox: {mailbox_name.name}")
             mailbox = mailbox_name
         else:
             mailbox = self.mailboxes.get(user, mailbox_name)
-        self.check_quota(user, size or 0, 1)
+        self.check_quota(user, (size or 0) - credit_bytes, 1 - credit_messages)
         stored = self.ingest(source)
         try:
             if size is None:
-                self.check_quota(user, stored.size, 1)
+                self.check_quota(user, stored.size - credit_bytes, 1 - credit_messages)
             uid = self.add_stored(mailbox, stored, flags, internal_date)
         except Unpublished:
             raise  # the message row holds the content's reference
@@ -525,6 +537,40 @@ class MailStore:
         """Expunge ``uids`` (only those with \\Deleted, if ``only_deleted``, as read in the
         same step: EXPUNGE, CLOSE and UID EXPUNGE need not read the rows first)."""
         return self.transfers.expunge(mailbox, uids, only_deleted)
+
+    @durable
+    def replace(self, source: Mailbox, uid: int, target: Mailbox, message,
+                flags: Iterable[str] = (), internal_date: float | None = None
+                ) -> tuple[int, int]:
+        """REPLACE (RFC 8508 3.4): APPEND ``message`` to ``target``, then expunge ``uid`` from
+        ``source``; return the new message's (UIDVALIDITY, UID).
+
+        Built from the two crash-safe operations, in that order (docs/decisions/0017): a crash
+        between them leaves both messages (the user deletes one; nothing is lost), never
+        neither.  The replaced message is credited against the quota (it goes away), so a
+        draft at the quota's edge can still be saved again.  Raises Expunged (with nothing
+        appended) if ``uid`` is not in ``source``, and NotFound, TooLarge, OverQuota or
+        BackendUnavailable as :meth:`append` does, with ``uid`` untouched.
+        """
+        if source.owner != target.owner:
+            raise InvalidName("a message can only be replaced within one user's mailboxes")
+        old = [v for v in self.messages.get(source.id, [uid], SUMMARY)
+               if state_of(v.state_raw) == COMMITTED]
+        if not old:
+            raise Expunged(f"message {uid} no longer exists")
+        size = known_size(message)
+        if size is not None and size > self.max_message_size:
+            raise TooLarge(f"message larger than {self.max_message_size} bytes")
+        with self.unit_of_work(size):
+            validity, new_uid = self._append(target.owner, target, message, size, flags,
+                                             internal_date, credit=(old[0].record.size, 1))
+        if not self.transfers.expunge(source, [uid]):
+            # Expunged (or moved) by another session since it was read above: RFC 8508 3.4
+            # has no REPLACE that only appends, so the new message goes too.  Another
+            # session may have seen it come and go; the client is told NO.
+            self.transfers.expunge(target, [new_uid])
+            raise Expunged(f"message {uid} was expunged meanwhile")
+        return validity, new_uid
 
     @durable
     def copy(self, source: Mailbox, uids: Iterable[int], target: Mailbox

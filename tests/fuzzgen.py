@@ -252,6 +252,7 @@ selected_command = st.one_of(
        st.sampled_from([b"FLAGS", b"+FLAGS", b"-FLAGS", b"FLAGS.SILENT", b"+FLAGS.SILENT",
                         b"-FLAGS.SILENT", b"BOGUS"]), flag_list),
     _c(st.sampled_from([b"COPY", b"MOVE", b"UID COPY", b"UID MOVE"]), sequence_set, mailbox),
+    _c(_uid(b"REPLACE"), sequence_set, mailbox, _appended),  # RFC 8508 (sets: BAD)
 )
 
 

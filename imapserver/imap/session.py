@@ -52,6 +52,7 @@ class Session:
                 "STATUS=SIZE", "OBJECTID", "SAVEDATE", "PREVIEW", "BINARY"]
         caps += ["CREATE-SPECIAL-USE", *QUOTA_CAPABILITIES]  # RFC 6154 3, RFC 9208
         caps += ["CONDSTORE", "QRESYNC"]  # RFC 7162
+        caps.append("REPLACE")  # RFC 8508 3.1
         if self.user is None:
             if not self.tls and self.server.tls_context is not None:
                 caps.append("STARTTLS")

@@ -8,6 +8,7 @@ from . import (  # noqa: F401
     mailbox_cmds,
     message_cmds,
     quota,
+    replace_cmd,
     search_cmd,
     sort_cmd,
 )

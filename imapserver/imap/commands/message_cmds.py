@@ -9,8 +9,8 @@
                (flag-list / (flag *(SP flag)))  ; 6.4.6, RFC 7162 3.1.3
     copy     = "COPY" SP sequence-set SP mailbox          ; 6.4.7, COPYUID (RFC 4315)
     move     = "MOVE" SP sequence-set SP mailbox          ; RFC 6851
-    uid      = "UID" SP (copy / move / fetch / search / store / uid-exp / sort / thread)
-                                                          ; 6.4.8, RFC 5256
+    uid      = "UID" SP (copy / move / fetch / search / store / uid-exp / sort / thread /
+                         replace)                         ; 6.4.8, RFC 5256, RFC 8508
 """
 
 from __future__ import annotations
@@ -134,6 +134,20 @@ def parse_flag_args(args) -> list[str]:
     return flags
 
 
+def take_append_message(args: list, verb: str) -> tuple[list[str], float | None, object]:
+    """Take one ``[flag-list SP] [date-time SP] literal`` off the front of ``args`` (RFC 3501
+    6.3.11 append-message; RFC 8508 REPLACE takes the same): ``(flags, internal date or None,
+    message)``, the message a literal's bytes or a spooled file.  BAD without a literal."""
+    flags, date = [], None
+    if args and isinstance(args[0], list):
+        flags = parse_flag_args([args.pop(0)])
+    if args and isinstance(args[0], bytes) and not isinstance(args[0], Literal):
+        date = parse_date_time(args.pop(0))
+    if not args or not (isinstance(args[0], Literal) or hasattr(args[0], "read")):
+        raise Bad(f"{verb} expects a message literal")
+    return flags, date, args.pop(0)
+
+
 def _writable(ctx):
     if ctx.session.selected.readonly:
         raise No("Mailbox is read-only", "READ-ONLY")
@@ -150,14 +164,7 @@ def append(ctx):
     messages = []
     args = ctx.args[1:]
     while args:
-        flags, date = [], None
-        if isinstance(args[0], list):
-            flags = parse_flag_args([args.pop(0)])
-        if args and isinstance(args[0], bytes) and not isinstance(args[0], Literal):
-            date = parse_date_time(args.pop(0))
-        if not args or not (isinstance(args[0], Literal) or hasattr(args[0], "read")):
-            raise Bad("APPEND expects a message literal")
-        messages.append((flags, date, args.pop(0)))
+        messages.append(take_append_message(args, "APPEND"))
     user = ctx.session.user
 
     def run():
@@ -354,6 +361,9 @@ def uid(ctx):
         return _transfer(ctx, uid_mode=True, move=False)
     if sub == "MOVE":
         return _transfer(ctx, uid_mode=True, move=True)
+    if sub == "REPLACE":
+        from .replace_cmd import replace_command
+        return replace_command(ctx, uid_mode=True)
     if sub == "EXPUNGE":
         ctx.expect_args(1)
         return _expunge(ctx, resolve(ctx, ctx.args[0], uid_mode=True))
