@@ -4,7 +4,7 @@ Debian's Dovecot 2.3.19 does not implement REPLACE (not advertised; BAD "Unknown
 tests/test_differential_replace.py keeps asking it), so the judges here are RFC 8508's own
 examples (3.2, 3.3) and the semantics of 3.4 and 4.3.  One difference from the examples' order:
 we report the EXPUNGE before the new message's EXISTS (RFC 3501 7.4.1 allows both; our MOVE
-and every refresh do the same).  No QRESYNC here yet, so the expunge is always an EXPUNGE.
+and every refresh do the same).  With QRESYNC enabled the expunge is a VANISHED.
 """
 
 from __future__ import annotations
@@ -267,3 +267,23 @@ def test_large_replacement_spooled_to_disk(login):
     assert replace(c, "r", "REPLACE 1 Sent", big)[-1] == b"r OK REPLACE completed"
     c.cmd("s", "SELECT Sent")
     assert bodies(c) == [big]
+
+
+def test_qresync_reports_vanished_not_expunge(login):
+    """RFC 8508 3.4 with RFC 7162 3.2.10: once QRESYNC is enabled the replaced message is
+    reported as ``VANISHED uid`` (never EXPUNGE), in this session and in another that has the
+    mailbox selected, and the new message still arrives with EXISTS."""
+    c, other = login(), login()
+    uids = [append(c, "Drafts", message(i)) for i in range(3)]
+    for s in (c, other):
+        assert s.cmd("e", "ENABLE QRESYNC")[-1].startswith(b"e OK")
+        s.cmd("s", "SELECT Drafts")
+    lines = replace(c, "R1", f"UID REPLACE {uids[1]} Drafts", DRAFT)
+    assert f"* VANISHED {uids[1]}".encode() in lines
+    assert not any(line.endswith(b" EXPUNGE") for line in lines)
+    assert b"* 3 EXISTS" in lines
+    assert re.fullmatch(rb"R1 OK (\[HIGHESTMODSEQ \d+\] )?REPLACE completed", lines[-1])
+    seen = other.cmd("n", "NOOP")
+    assert f"* VANISHED {uids[1]}".encode() in seen
+    assert not any(line.endswith(b" EXPUNGE") for line in seen)
+    assert b"* 3 EXISTS" in seen
