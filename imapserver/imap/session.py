@@ -51,6 +51,7 @@ class Session:
                 "THREAD=REFERENCES", "ESORT", f"APPENDLIMIT={self.append_limit()}",
                 "STATUS=SIZE", "OBJECTID", "SAVEDATE", "PREVIEW"]
         caps += ["CREATE-SPECIAL-USE", *QUOTA_CAPABILITIES]  # RFC 6154 3, RFC 9208
+        caps.append("COMPRESS=DEFLATE")  # RFC 4978 3 (the command needs a login)
         if self.user is None:
             if not self.tls and self.server.tls_context is not None:
                 caps.append("STARTTLS")
