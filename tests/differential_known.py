@@ -482,3 +482,9 @@ answers("quota-root-of-unlimited-user",
         "untagged response to either and says OK.",
         {'GETQUOTAROOT "INBOX"': (["* QUOTAROOT INBOX", "tag OK"], ["tag OK"]),
          'GETQUOTA "User quota"': (["tag NO [NONEXISTENT]"], ["tag OK"])})
+
+answers("compress-unknown-mechanism",
+        "COMPRESS with a mechanism other than DEFLATE is BAD here (RFC 4978 3: 'BAD - command "
+        "unknown or arguments invalid'; section 5's grammar has algorithm = \"DEFLATE\" only); "
+        "Dovecot answers NO. Neither turns compression on.",
+        {"COMPRESS LZMA": (["tag BAD"], ["tag NO"])})
