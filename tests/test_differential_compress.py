@@ -11,8 +11,7 @@ tests/test_imap_compress.py.
 from __future__ import annotations
 
 import pytest
-from differential import Compress, Done, Idle, Pipelined, Script, WaitFor, append, date, \
-    servers
+from differential import Compress, Done, Idle, Pipelined, Script, WaitFor, append, date, servers
 from mailgen import message
 
 DOVECOT_ZLIB = """\
