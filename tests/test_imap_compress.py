@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import re
 import socket
 import ssl
 import time
@@ -191,10 +192,18 @@ def test_corrupt_deflate_input_closes_with_bye(conn):
     assert c.closed_by_peer()
 
 
+def big_sessions(server, size: int) -> list[tuple[int, int]]:
+    """(bytes_in, bytes_out) of the ended sessions that received ``size`` octets or more."""
+    log = server.wait_output(rb"$", timeout=0)
+    found = re.findall(rb"bytes_in=(\d+) bytes_out=(\d+) end=", log)
+    return [(int(i), int(o)) for i, o in found if int(i) >= size]
+
+
 @pytest.mark.parametrize("transport", ("plain", "imaps"))
-def test_fetch_of_a_large_body_byte_for_byte(conn, transport):
+def test_fetch_of_a_large_body_byte_for_byte(server, conn, transport):
     """RFC 4978 3 with RFC 3501 7.4.2: a body over 1 MiB (streamed as a literal in chunks)
-    arrives byte for byte through DEFLATE, and compressed (RFC 4978 4: text compresses)."""
+    arrives byte for byte through DEFLATE, and compressed (RFC 4978 4: text compresses); the
+    session's log line counts the octets as sent, compressed."""
     c = conn(transport)
     body = b"".join(b"Line %06d of a large message body, fairly compressible.\r\n" % i
                     for i in range(20000))
@@ -212,6 +221,15 @@ def test_fetch_of_a_large_body_byte_for_byte(conn, transport):
     assert rest == data + b")"
     assert c.sock.received < len(data) // 4
     assert c.cmd("d", "DELETE big")[-1].startswith(b"d OK")
+    before = len(big_sessions(server, len(data)))
+    c.cmd("z", "LOGOUT")
+    # The session's log line counts octets as they were sent: compressed (docs/logs.md).
+    deadline = time.monotonic() + 10
+    while len(sessions := big_sessions(server, len(data))) == before:
+        assert time.monotonic() < deadline, "no session line"
+        time.sleep(0.05)
+    received, sent = sessions[-1]
+    assert received > len(data) > 4 * sent, (received, sent)
 
 
 def test_idle_push_arrives_promptly_through_deflate(conn):

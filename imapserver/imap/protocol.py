@@ -224,24 +224,22 @@ class IMAPServerProtocol(protocol.Protocol):
         for line in lines:
             out.append(line)
             out.append(CRLF)
-        size = sum(map(len, lines)) + 2 * len(lines)
-        self.bytes_out += size
-        _SENT.inc(size)
         self._send(out)
 
     def write_raw(self, data: list[bytes]) -> None:
         if not (self.closed or self.closing):
-            size = sum(map(len, data))
-            self.bytes_out += size
-            _SENT.inc(size)
             self._send(data)
 
     def _send(self, data: list[bytes]) -> None:
+        """Write, counting octets as they go to the transport (compressed once COMPRESS is
+        active, as they are counted on input: inside TLS, docs/logs.md)."""
         if self.deflate is not None:
             # One flushed block per write call (RFC 4978 4): nothing waits in the compressor.
-            self.transport.write(self.deflate.compress(data))
-        else:
-            self.transport.writeSequence(data)
+            data = [self.deflate.compress(data)]
+        size = sum(map(len, data))
+        self.bytes_out += size
+        _SENT.inc(size)
+        self.transport.writeSequence(data)
 
     def start_compression(self) -> None:
         """COMPRESS answered OK (RFC 4978 3): from here on both directions are DEFLATE.
