@@ -182,6 +182,29 @@ def test_compressed_command_pipelined_behind_compress(conn):
     assert c.until_tagged("n") == [b"n OK NOOP completed"]
 
 
+def test_compress_pipelined_behind_a_store_command(conn):
+    """RFC 4978 3: COMPRESS queued behind a command that waits on the store (SELECT), with a
+    compressed command after it in the same packet: they run in order, the last compressed."""
+    c = conn()
+    ds = DeflateSocket(c.sock)
+    deflated = ds.deflate.compress(b"n NOOP\r\n") + ds.deflate.flush(zlib.Z_SYNC_FLUSH)
+    c.send(b"s SELECT INBOX\r\na COMPRESS DEFLATE\r\n" + deflated)
+    assert c.until_tagged("s")[-1].startswith(b"s OK")
+    assert c.read_line() == b"a OK DEFLATE active"
+    rest, c.buffer, c.sock = c.buffer, b"", ds
+    c.buffer = ds.inflate.decompress(rest) if rest else b""
+    assert c.until_tagged("n")[-1] == b"n OK NOOP completed"
+
+
+def test_failed_compress_pipelined_leaves_the_rest_in_the_clear(conn):
+    """RFC 4978 3: after BAD (or NO) the client MUST NOT compress; commands pipelined behind
+    the failed COMPRESS are read in the clear and answered."""
+    c = conn()
+    c.send(b"a COMPRESS LZMA\r\nn NOOP\r\n")
+    assert c.until_tagged("a")[-1].startswith(b"a BAD")
+    assert c.until_tagged("n") == [b"n OK NOOP completed"]
+
+
 def test_corrupt_deflate_input_closes_with_bye(conn):
     """RFC 4978 3 leaves no way to resynchronise a broken DEFLATE stream: the server says BYE
     (compressed) and closes, with no traceback."""
