@@ -43,6 +43,9 @@ class Deflate:
                                      COMPRESS_MEMLEVEL)
         self._in = zlib.decompressobj(-15)
         self._tail = b""  # compressed input not yet inflated (waits for the parser)
+        # The last step filled INFLATE_CHUNK: zlib may hold output (the end of a match) with
+        # all input consumed, so ask again even without a tail.
+        self._full = False
         self.failed = False
 
     def compress(self, chunks: list[bytes]) -> bytes:
@@ -57,14 +60,15 @@ class Deflate:
 
     @property
     def pending(self) -> bool:
-        return bool(self._tail)
+        return bool(self._tail) or self._full
 
     def inflate(self) -> bytes:
         """At most INFLATE_CHUNK decompressed octets of what was fed (b"" when none are
         ready).  Raises zlib.error on a corrupt stream."""
-        if not self._tail:
+        if not self.pending:
             return b""
         data = self._in.decompress(self._tail, INFLATE_CHUNK)
+        self._full = len(data) == INFLATE_CHUNK
         # Keep what zlib did not take: it waits until the parser has taken this chunk.
         self._tail = self._in.unconsumed_tail
         if self._in.eof:

@@ -19,6 +19,11 @@ until the queue has drained to half, so a client pipelining without end behind a
 
 A line consumer (IDLE's DONE, AUTHENTICATE's SASL responses) takes whole lines instead of the
 command parser while it is set.
+
+COMPRESS=DEFLATE (RFC 4978, compress.py) sits between the transport and all of the above: input
+is inflated in bounded steps before the parser sees it, each write call's output deflated and
+sync-flushed.  Parsing stops after a COMPRESS line until that command has run, since what
+follows it is compressed if it succeeds.
 """
 
 from __future__ import annotations
