@@ -315,3 +315,34 @@ def test_decompression_bomb_does_not_grow_the_server(server, conn):
     after = peak_rss_kib(server.proc.pid)
     assert after - before < 16 * 1024, (before, after)
     assert c.cmd("n", "NOOP")[-1] == b"n OK NOOP completed"
+
+
+def test_a_compressed_client_that_does_not_read_cannot_grow_server_memory(server, conn):
+    """RFC 4978 4 with the output gate (protocol.py): compression keeps backpressure -- six
+    pipelined FETCH 1:* BODY.PEEK[] of 30 hardly compressible 200 KB messages (36 MB of
+    responses) left unread for two seconds do not grow the server by more than a few MB, and
+    everything arrives once the client reads."""
+    import base64
+    import os
+    writer = conn()
+    assert writer.cmd("c", "CREATE Noise")[-1].startswith(b"c OK")
+    for i in range(30):
+        body = base64.encodebytes(os.urandom(150_000)).replace(b"\n", b"\r\n")
+        data = message(i, body=body)
+        writer.send(b"p%d APPEND Noise {%d+}\r\n" % (i, len(data)) + data + b"\r\n")
+    assert writer.until_tagged("p29")[-1].startswith(b"p29 OK")
+    reader = conn()
+    compress(reader)
+    assert reader.cmd("s", "SELECT Noise")[-1].startswith(b"s OK")
+    pid = server.proc.pid
+    reset_peak(pid)
+    before = peak_rss_kib(pid)
+    reader.send(b"".join(b"f%d FETCH 1:* BODY.PEEK[]\r\n" % i for i in range(6)))
+    time.sleep(2)  # the client does not read
+    assert peak_rss_kib(pid) - before < 30 * 1024
+    lines = reader.until_tagged("f5")
+    assert [line for line in lines if line.startswith(b"f")] == [
+        b"f%d OK FETCH completed" % i for i in range(6)]
+    assert sum(b" FETCH (BODY[] {" in line for line in lines) == 6 * 30
+    assert reader.sock.received < 36_000_000
+    assert writer.cmd("d", "DELETE Noise")[-1].startswith(b"d OK")
