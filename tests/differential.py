@@ -4,7 +4,8 @@ A :class:`Script` is a list of steps ``(client, action)``: ``"A"``, ``"B"``, ...
 sessions, each opened on first use and logged in as the script's own fresh account (the same
 name and password on both servers; clients listed in ``anonymous`` stay unauthenticated).  An
 action is a command -- text, or a tuple of text and :func:`lit`/:func:`plus` literals -- or one
-of :class:`Pipelined`, :class:`Idle`, :class:`WaitFor`, :class:`Done`, :class:`Raw`.  The
+of :class:`Pipelined`, :class:`Idle`, :class:`WaitFor`, :class:`Done`, :class:`Raw`,
+:class:`Compress` (COMPRESS DEFLATE; after its OK the session deflates both ways).  The
 runner plays the script against both servers (in two threads), records every response, parses
 it (tagged status, response code, untagged data with literals captured octet for octet) and
 normalises what RFC 3501 leaves to the server:
@@ -40,6 +41,7 @@ import re
 import socket
 import threading
 import time
+import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -139,6 +141,14 @@ class Recall:
             if found:
                 values[name] = found[which[0] if which else -1]
         return self.template.format(**values)
+
+
+@dataclass(frozen=True)
+class Compress:
+    """``COMPRESS <mechanism>`` (RFC 4978 3); on a tagged OK the session's connection is raw
+    DEFLATE both ways from the next octet on (a client's wbits -15, Z_SYNC_FLUSH per send)."""
+
+    mechanism: str = "DEFLATE"
 
 
 @dataclass
@@ -295,11 +305,20 @@ class Connection:
         self.sock = socket.create_connection(("127.0.0.1", port), timeout=TIMEOUT,
                                              source_address=(_source_address(), 0))
         self.buffer = bytearray()
+        self.deflate = self.inflate = None  # RFC 4978 streams, once COMPRESS said OK
 
     def close(self) -> None:
         self.sock.close()
 
+    def start_deflate(self) -> None:
+        if self.buffer:
+            raise AssertionError(f"data after COMPRESS's OK: {bytes(self.buffer)[:200]!r}")
+        self.deflate = zlib.compressobj(6, zlib.DEFLATED, -15)
+        self.inflate = zlib.decompressobj(-15)
+
     def send(self, data: bytes) -> None:
+        if self.deflate is not None:
+            data = self.deflate.compress(data) + self.deflate.flush(zlib.Z_SYNC_FLUSH)
         self.sock.sendall(data)
 
     def _fill(self) -> None:
@@ -307,6 +326,8 @@ class Connection:
         if not chunk:
             raise ConnectionError("connection closed by the server; unread: "
                                   + repr(bytes(self.buffer[:200])))
+        if self.inflate is not None:
+            chunk = self.inflate.decompress(chunk)
         self.buffer += chunk
 
     def read_response(self, timeout: float = TIMEOUT) -> bytes:
@@ -437,6 +458,13 @@ class Session:
             self.conn.send(b"DONE\r\n")
             self.until_tagged([self.idle_tag], out)
             return Event(self.label, "DONE", out)
+        if isinstance(action, Compress):
+            tag = self.next_tag()
+            shown = self.write_command(tag, f"COMPRESS {action.mechanism}", out, wait=True)
+            self.until_tagged([tag], out)
+            if out[-1].status == b"OK" and self.conn.deflate is None:
+                self.conn.start_deflate()
+            return Event(self.label, shown, out)
         if isinstance(action, Raw):
             self.conn.send(action.data)
             for _ in range(action.responses):

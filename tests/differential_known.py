@@ -695,3 +695,10 @@ def _binary_append_stored_as_sent(ours: Event, dovecot: Event) -> bool:
                             b.data[2][k + 1] = ia[name]
                     changed = True
     return changed
+
+
+answers("compress-unknown-mechanism",
+        "COMPRESS with a mechanism other than DEFLATE is BAD here (RFC 4978 3: 'BAD - command "
+        "unknown or arguments invalid'; section 5's grammar has algorithm = \"DEFLATE\" only); "
+        "Dovecot answers NO. Neither turns compression on.",
+        {"COMPRESS LZMA": (["tag BAD"], ["tag NO"])})

@@ -23,6 +23,7 @@ import re
 import select
 import socket
 import time
+import zlib
 from collections import Counter
 
 from tests.fuzzgen import MAILBOXES, PASSWORD, USER
@@ -43,6 +44,7 @@ domains = example.com, localhost
 """
 LITERAL = re.compile(rb"\{(\d{1,18})(\+?)\}$")
 WAITS_FOR_CLIENT = re.compile(rb"(\S+) (?i:IDLE|AUTHENTICATE)(?: |$)")
+COMPRESS_COMMAND = re.compile(rb"(\S+) (?i:COMPRESS DEFLATE)$")
 OUTPUT_ALARMS = re.compile(rb"Traceback|Unhandled|Internal server error|Internal error|"
                            rb"SMTP session exception|Exception in handle_exception")
 REPLY_ALARMS = re.compile(rb"Internal server error|\* BYE Internal error|^500 Error: \(")
@@ -71,6 +73,14 @@ class Conn:
         self.buffer = b""
         self.closed = False
         self.seen: list[bytes] = []  # every response line, for the report
+        self.deflate = self.inflate = None  # after COMPRESS DEFLATE's OK (RFC 4978 3)
+
+    def start_deflate(self) -> None:
+        """Raw DEFLATE both ways from here on; what was read after the OK line is already
+        compressed."""
+        self.deflate = zlib.compressobj(6, zlib.DEFLATED, -15)
+        self.inflate = zlib.decompressobj(-15)
+        self.buffer = self.inflate.decompress(self.buffer)
 
     def close(self) -> None:
         self.sock.close()
@@ -89,11 +99,18 @@ class Conn:
         if not chunk:
             self.closed = True
             raise Closed
+        if self.inflate is not None:
+            try:
+                chunk = self.inflate.decompress(chunk)
+            except zlib.error as exc:
+                raise TimeoutError(f"server's DEFLATE stream is corrupt: {exc}") from None
         self.buffer += chunk
         return True
 
     def send(self, data: bytes) -> None:
         """Send everything, reading responses meanwhile (they are kept in the buffer)."""
+        if self.deflate is not None:
+            data = self.deflate.compress(data) + self.deflate.flush(zlib.Z_SYNC_FLUSH)
         view = memoryview(data)
         deadline = time.monotonic() + HANG_SECONDS * 2
         while view:
@@ -299,6 +316,7 @@ class FuzzServer:
             findings.append(f"fuzz session: {exc}")
         finally:
             conn.close()
+        self.last_seen = conn.seen  # for tests of the sender itself
         alarms = [line for line in conn.seen if REPLY_ALARMS.search(line)]
         if alarms:
             findings.append(f"response: {alarms[0][:300]!r}")
@@ -362,6 +380,15 @@ class FuzzServer:
             m = LITERAL.search(line)
             if not m:
                 tag = None  # the command is complete
+                compress = COMPRESS_COMMAND.match(line)
+                if compress and conn.deflate is None:
+                    # A client waits for COMPRESS's answer and deflates after an OK (RFC 4978
+                    # 3): the rest of the example is fuzzed through compression.
+                    done = (compress.group(1) + b" ", b"* BAD")
+                    answer = conn.until(lambda r, done=done: r.startswith(done), 2.0)
+                    if answer is not None and answer.startswith(compress.group(1) + b" OK"):
+                        conn.start_deflate()
+                    continue
                 waits = WAITS_FOR_CLIENT.match(line)
                 if waits:  # a client sends nothing more before the "+" (RFC 3501 7.5)
                     answers = (b"+", waits.group(1) + b" ", b"* BAD")

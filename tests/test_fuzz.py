@@ -51,6 +51,19 @@ def test_imap_fuzz(live):
     run()
 
 
+def test_imap_fuzz_goes_on_through_compress(live):
+    """RFC 4978 3: the sender, like a client, waits for COMPRESS DEFLATE's answer and deflates
+    after an OK, so the commands after it are fuzzed through compression (not turned into a
+    corrupt DEFLATE stream the server can only close), and judged the same way."""
+    commands = [b"T COMPRESS DEFLATE", b"T NOOP", b"T SELECT INBOX", b"T FETCH 1:* (FLAGS",
+                b"T COMPRESS DEFLATE", b"T IDLE", b"DONE"]
+    assert not live.imap("auth", commands)
+    seen = live.last_seen
+    assert b"T0 OK DEFLATE active" in seen and b"T1 OK NOOP completed" in seen, seen
+    assert any(line.startswith(b"T4 NO [COMPRESSIONACTIVE]") for line in seen), seen
+    assert any(line.startswith(b"zp0 OK") for line in seen), seen  # the probe, compressed
+
+
 @pytest.mark.parametrize("protocol", ["smtp", "lmtp"])
 def test_delivery_fuzz(live, protocol):
     """Generated and mutated SMTP (RFC 5321 4.1) and LMTP (RFC 2033) sessions."""

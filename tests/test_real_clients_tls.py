@@ -336,7 +336,8 @@ def maildir_folder(path: str) -> dict[bytes, bytes]:
 def test_mbsync_round_trip(server, tmp_path):
     """mbsync pulls the account into a Maildir and pushes that Maildir into an empty account:
     both copies hold every message byte for byte (RFC 3501 6.4.5 BODY.PEEK[], 6.3.11 APPEND
-    with RFC 4315 APPENDUID), the 1 MiB + 1 and 5 MiB ones included, over each transport.
+    with RFC 4315 APPENDUID), the 1 MiB + 1 and 5 MiB ones included, over each transport --
+    the pull through COMPRESS=DEFLATE (RFC 4978), which mbsync uses when it is advertised.
 
     What mbsync legitimately changes: its Maildir keeps LF line ends (it turns CRLF into LF when
     storing, and back into CRLF when uploading), and it adds its X-TUID line (strip_tuid) to each
@@ -352,7 +353,10 @@ def test_mbsync_round_trip(server, tmp_path):
                                      ("copy", COPY_USER, COPY_PASSWORD)))
     rc.write_text(accounts + MBSYNC_CHANNELS.format(maildir=maildir, state=state))
 
-    run_client(["mbsync", "-c", str(rc), "pull"])
+    # -Dn: mbsync's protocol trace, to see that it compressed (isync 1.4 asks for COMPRESS
+    # DEFLATE whenever it is advertised, RFC 4978 3), over TLS too.
+    trace = run_client(["mbsync", "-Dn", "-c", str(rc), "pull"])
+    assert re.search(r">>> (\d+) COMPRESS DEFLATE\r?\n\1 OK", trace), trace[:4000]
     for folder in CORPUS:
         pulled = {msgid: strip_tuid(data, b"\n")
                   for msgid, data in maildir_folder(str(maildir / folder)).items()}

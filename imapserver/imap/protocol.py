@@ -19,12 +19,18 @@ until the queue has drained to half, so a client pipelining without end behind a
 
 A line consumer (IDLE's DONE, AUTHENTICATE's SASL responses) takes whole lines instead of the
 command parser while it is set.
+
+COMPRESS=DEFLATE (RFC 4978, compress.py) sits between the transport and all of the above: input
+is inflated in bounded steps before the parser sees it, each write call's output deflated and
+sync-flushed.  Parsing stops after a COMPRESS line until that command has run, since what
+follows it is compressed if it succeeds.
 """
 
 from __future__ import annotations
 
 import tempfile
 import time
+import zlib
 from collections import deque
 
 from twisted.internet import defer, protocol
@@ -42,6 +48,7 @@ from ..observe import (
     command_label,
 )
 from . import wire
+from .compress import Deflate
 from .context import Bad, CommandContext, No, dispatch
 
 CRLF = b"\r\n"
@@ -86,6 +93,8 @@ class IMAPServerProtocol(protocol.Protocol):
         self._timeout_call = None
         self._abort_call = None
         self._gate = None
+        self.deflate: Deflate | None = None  # COMPRESS=DEFLATE once active (RFC 4978)
+        self._compress_hold = False  # input held until a parsed COMPRESS has run
         self.bytes_in = self.bytes_out = 0  # octets of IMAP, after TLS: the session line's
         self.ended: str | None = None  # why close() was called (see connectionLost)
 
@@ -220,17 +229,30 @@ class IMAPServerProtocol(protocol.Protocol):
         for line in lines:
             out.append(line)
             out.append(CRLF)
-        size = sum(map(len, lines)) + 2 * len(lines)
-        self.bytes_out += size
-        _SENT.inc(size)
-        self.transport.writeSequence(out)
+        self._send(out)
 
     def write_raw(self, data: list[bytes]) -> None:
         if not (self.closed or self.closing):
-            size = sum(map(len, data))
-            self.bytes_out += size
-            _SENT.inc(size)
-            self.transport.writeSequence(data)
+            self._send(data)
+
+    def _send(self, data: list[bytes]) -> None:
+        """Write, counting octets as they go to the transport (compressed once COMPRESS is
+        active, as they are counted on input: inside TLS, docs/logs.md)."""
+        if self.deflate is not None:
+            # One flushed block per write call (RFC 4978 4): nothing waits in the compressor.
+            data = [self.deflate.compress(data)]
+        size = sum(map(len, data))
+        self.bytes_out += size
+        _SENT.inc(size)
+        self.transport.writeSequence(data)
+
+    def start_compression(self) -> None:
+        """COMPRESS answered OK (RFC 4978 3): from here on both directions are DEFLATE.
+        Octets the client sent after the COMPRESS line are already compressed; parsing was
+        held at that line (see _enqueue), so they are still in the buffer, unparsed."""
+        self.deflate = Deflate()
+        raw, self._buffer = bytes(self._buffer), bytearray()
+        self.deflate.feed(raw)
 
     def cut(self, reason: str) -> None:
         """Close a connection whose output can no longer be kept in step with what it
@@ -250,15 +272,33 @@ class IMAPServerProtocol(protocol.Protocol):
     def dataReceived(self, data: bytes) -> None:
         if self.logged_out:
             return  # nothing is read (or answered) after LOGOUT
-        self._buffer += data
-        self.bytes_in += len(data)
+        self.bytes_in += len(data)  # as received: compressed, once COMPRESS is active
         _RECEIVED.inc(len(data))
         self.reset_timeout()
         try:
-            self._consume()
+            if self.deflate is None:
+                self._buffer += data
+                self._consume()
+            else:
+                self._consume_compressed(data)
+        except zlib.error:
+            self.close(b"* BYE Invalid compressed data", "error")
         except Exception:
             log.failure("input_failed")  # counted in errors_total
             self.close(b"* BYE Internal error", "error")
+
+    def _consume_compressed(self, data: bytes) -> None:
+        """Inflate in bounded steps, parsing each before making the next (compress.py)."""
+        self.deflate.feed(data)
+        while not self.logged_out and not self._input_paused:
+            if self._buffer:
+                self._consume()
+                if self._input_paused or self.logged_out:
+                    return
+            chunk = self.deflate.inflate()
+            if not chunk:
+                return
+            self._buffer += chunk
 
     def _consume(self) -> None:
         max_line = self.cfg["imap"]["max_line_length"]
@@ -389,7 +429,14 @@ class IMAPServerProtocol(protocol.Protocol):
             self._reject_line(b"*", "Empty command line")
             return
         self._queue.append(tokens)
-        if len(self._queue) >= MAX_QUEUED and not self._input_paused:
+        if self._is_compress(tokens):
+            # What follows COMPRESS may be compressed (RFC 4978 3): parse nothing more until
+            # it has run; _execute resumes reading after it.
+            self._compress_hold = True
+            if not self._input_paused:
+                self._input_paused = True
+                self.transport.pauseProducing()
+        elif len(self._queue) >= MAX_QUEUED and not self._input_paused:
             self._input_paused = True  # _consume stops; the rest stays in the buffer
             self.transport.pauseProducing()
         if not self._running:
@@ -430,15 +477,30 @@ class IMAPServerProtocol(protocol.Protocol):
 
     def _resume_input(self) -> None:
         """Read again once the queue has drained to half (see MAX_QUEUED)."""
-        if not self._input_paused or self.closed or len(self._queue) >= MAX_QUEUED // 2:
+        if not self._input_paused or self.closed or self._compress_hold \
+                or len(self._queue) >= MAX_QUEUED // 2:
             return
         self._input_paused = False
         self.transport.resumeProducing()
-        if self._buffer:
+        if self._buffer or (self.deflate is not None and self.deflate.pending):
             self.dataReceived(b"")  # what was left unparsed when reading stopped
 
     @defer.inlineCallbacks
     def _execute(self, tokens: list):
+        try:
+            yield self._execute_command(tokens)
+        finally:
+            if self._compress_hold and self._is_compress(tokens):
+                self._compress_hold = False  # held since its line was parsed (_enqueue)
+                self._resume_input()
+
+    @staticmethod
+    def _is_compress(tokens: list) -> bool:
+        name = tokens[1] if len(tokens) > 1 else None
+        return isinstance(name, wire.Atom) and name.upper() == "COMPRESS"
+
+    @defer.inlineCallbacks
+    def _execute_command(self, tokens: list):
         tag = tokens[0]
         if not isinstance(tag, wire.Atom) or not _valid_tag(tag.encode()):
             self._reject_line(b"*", "Missing or invalid tag")

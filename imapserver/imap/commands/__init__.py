@@ -3,6 +3,7 @@
 from . import (  # noqa: F401
     auth,
     basic,
+    compress,
     fetch,
     idle,
     mailbox_cmds,

@@ -35,6 +35,9 @@ def starttls(ctx):
         raise Bad("TLS is not configured")
     if ctx.session.tls:
         raise Bad("TLS is already active")
+    if ctx.conn.deflate is not None:
+        # Reachable after UNAUTHENTICATE: TLS must go below compression (RFC 4978 4).
+        raise Bad("STARTTLS is not allowed once COMPRESS is active")
     ctx.finish(b"OK", "Begin TLS negotiation now")
     # RFC 3501 6.2.1, RFC 2595 3.1: commands pipelined in the clear behind STARTTLS (injected
     # by a man in the middle, as in CVE-2011-0411) must not run in the TLS session, whether
