@@ -91,8 +91,9 @@ class HBaseTarget:
                     conn.delete_table(full, disable=True)
                     continue
                 table = conn.table(full)
+                # Small scan batches: content rows carry chunks of up to 256 KiB.
                 with table.batch(batch_size=500) as batch:
-                    for key, _ in table.scan(batch_size=500):
+                    for key, _ in table.scan(batch_size=50):
                         batch.delete(key)
                         deleted = True
         finally:
