@@ -114,9 +114,9 @@ class HBaseTarget:
             if os.environ.get("HBASE_TEST_KEEP_TABLES") != "1":
                 conn = self.connection()
                 try:
-                    heads = tuple(f"{self.base}{n}_".encode() for n in range(self._made))
+                    ours = re.compile(re.escape(self.base).encode() + rb"[0-9]+_")
                     for full in conn.tables():
-                        if heads and full.startswith(heads):
+                        if ours.match(full):
                             conn.delete_table(full, disable=True)
                 finally:
                     conn.close()
