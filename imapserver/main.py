@@ -45,6 +45,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--backend", choices=["embedded", "hbase"])
     p.add_argument("--hbase-host")
     p.add_argument("--hbase-port", type=int)
+    p.add_argument("--hbase-table-prefix", metavar="PREFIX",
+                   help="prefix of the HBase table names (PREFIX_JAMES_MESSAGES, ...)")
     p.add_argument("--host", help="address every listener binds to")
     p.add_argument("--imap-port", type=port_arg, help="IMAP with STARTTLS (0 disables, auto: "
                    "any free port)")
@@ -82,7 +84,8 @@ def port_arg(text: str) -> int | str:
 def load_config(args: argparse.Namespace) -> configmod.Config:
     overrides = {
         "store": {"data_dir": args.data_dir, "backend": args.backend},
-        "hbase": {"host": args.hbase_host, "port": args.hbase_port},
+        "hbase": {"host": args.hbase_host, "port": args.hbase_port,
+                  "table_prefix": args.hbase_table_prefix},
         "imap": {"port": args.imap_port, "imaps_port": args.imaps_port, "host": args.host},
         "delivery": {"smtp_port": args.smtp_port, "lmtp_port": args.lmtp_port,
                      "host": args.host},

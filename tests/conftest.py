@@ -1,20 +1,49 @@
 """Shared fixtures.
 
 ``backend`` runs a test once per storage backend: ``embedded`` (SQLite in ``tmp_path``) and
-``hbase`` (the HBase backend over Thrift).  The ``hbase`` run talks to
-:class:`mailstore.testing.thrift_gateway.ThriftGateway` over a fresh embedded store, unless
-``HBASE_THRIFT_HOST`` (and optionally ``HBASE_THRIFT_PORT``) name a real HBase Thrift server; then
-every test gets its own table prefix and drops its tables at teardown.
+``hbase`` (the HBase backend over Thrift).  Every HBase-path test reaches HBase through
+``hbase_store`` (tests/hbasetarget.py): one Thrift1 server for the session -- a real HBase's when
+``HBASE_THRIFT_HOST`` (and optionally ``HBASE_THRIFT_PORT``) name one, else the in-process
+:class:`mailstore.testing.thrift_gateway.ThriftGateway` -- and, per test, a table prefix of its
+own from a pool, emptied between tests instead of created and dropped (docs/deploy.md, "The test
+suite against a real HBase").
 """
 
 from __future__ import annotations
 
-import os
-import uuid
-
 import pytest
 
 from mailstore.backends.embedded import EmbeddedBackend
+from tests.hbasetarget import HBaseTarget, Lease
+
+
+@pytest.fixture(scope="session")
+def hbase_target(tmp_path_factory):
+    """The session's Thrift server and prefix pool (created on first use)."""
+    target = HBaseTarget.from_environment(str(tmp_path_factory.mktemp("hbase-target")))
+    try:
+        yield target
+    finally:
+        target.close()
+
+
+@pytest.fixture
+def hbase_store(hbase_target):
+    """A leased table prefix with the nine schema tables, empty: ``.args()`` for imapserver and
+    mailadmin, ``.backend()`` for an HBaseBackend, ``.another()`` for a second store."""
+    leases: list[str] = []
+
+    def lease() -> Lease:
+        leases.append(hbase_target.lease())
+        return Lease(hbase_target, leases[-1])
+
+    first = lease()
+    first.another = lease
+    try:
+        yield first
+    finally:
+        for prefix in leases:
+            hbase_target.give_back(prefix)
 
 
 @pytest.fixture(params=["embedded", "hbase"])
@@ -24,33 +53,32 @@ def backend(request, tmp_path):
         yield store
         store.close()
         return
-
-    from mailstore.backends.hbase import HBaseBackend
-
-    prefix = "t" + uuid.uuid4().hex[:12]
-    host = os.environ.get("HBASE_THRIFT_HOST")
-    if host:
-        hbase = HBaseBackend(host=host, port=int(os.environ.get("HBASE_THRIFT_PORT", "9090")),
-                             table_prefix=prefix)
-        try:
-            yield hbase
-        finally:
-            try:
-                for name in hbase.tables():
-                    hbase.delete_table(name)
-            finally:
-                hbase.close()
-        return
-
-    from mailstore.testing.thrift_gateway import ThriftGateway
-
-    store = EmbeddedBackend(str(tmp_path / "gateway"))
+    hbase = request.getfixturevalue("hbase_store").backend()
     try:
-        with ThriftGateway(store) as gateway:
-            hbase = HBaseBackend(host="127.0.0.1", port=gateway.port, table_prefix=prefix)
-            try:
-                yield hbase
-            finally:
-                hbase.close()
+        yield hbase
     finally:
-        store.close()
+        hbase.close()
+
+
+@pytest.fixture(params=["embedded", "hbase"])
+def connect(request, tmp_path):
+    """A function giving a new connection to one store per call, as another process would
+    open: its own SQLite connection, or its own happybase pool on the test's HBase prefix."""
+    opened = []
+    if request.param == "embedded":
+        path = str(tmp_path / "store")
+
+        def connect():
+            opened.append(EmbeddedBackend(path))
+            return opened[-1]
+    else:
+        lease = request.getfixturevalue("hbase_store")
+
+        def connect():
+            opened.append(lease.backend())
+            return opened[-1]
+    try:
+        yield connect
+    finally:
+        for backend in opened:
+            backend.close()

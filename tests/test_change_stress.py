@@ -12,44 +12,12 @@ from __future__ import annotations
 import random
 import threading
 
-import pytest
-
 from imapserver.imap.selected import SelectedMailbox
-from mailstore.backends.embedded import EmbeddedBackend
 from mailstore.store import MailStore
 
 
 def msg(n: int) -> bytes:
     return f"From: a@example.com\r\nSubject: s{n}\r\n\r\nbody {n}\r\n".encode()
-
-
-@pytest.fixture(params=["embedded", "hbase"])
-def connect(request, tmp_path):
-    """A function giving a new connection to one store, as a new process would open: its own
-    SQLite connection, or its own happybase pool through a Thrift gateway."""
-    path = str(tmp_path / "store")
-    if request.param == "embedded":
-        opened = []
-
-        def embedded():
-            opened.append(EmbeddedBackend(path))
-            return opened[-1]
-        yield embedded
-        for backend in opened:
-            backend.close()
-        return
-    from mailstore.backends.hbase import HBaseBackend
-    from mailstore.testing.thrift_gateway import ThriftGateway
-
-    with ThriftGateway(path) as gateway:
-        opened = []
-
-        def hbase():
-            opened.append(HBaseBackend(host="127.0.0.1", port=gateway.port, table_prefix="s"))
-            return opened[-1]
-        yield hbase
-        for backend in opened:
-            backend.close()
 
 
 def test_a_session_follows_concurrent_writers_exactly(connect):

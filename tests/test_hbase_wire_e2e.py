@@ -1,6 +1,6 @@
 """The HBase path end to end over the real Thrift wire: mailadmin and imapserver with
-``--backend hbase`` against the Thrift1 gateway (happybase's own Hbase.thrift over the embedded
-store).  The same commands work against a real HBase Thrift gateway.
+``--backend hbase`` against the session's Thrift1 server (tests/hbasetarget.py: the gateway over
+the embedded store, or a real HBase's when ``HBASE_THRIFT_HOST`` is set).
 """
 
 from __future__ import annotations
@@ -11,7 +11,6 @@ import shutil
 import subprocess
 import sys
 
-from mailstore.testing.thrift_gateway import ThriftGateway
 from tests.imapproc import Client, ServerProcess
 
 
@@ -21,25 +20,41 @@ def mailadmin(*args: str, stdin: str | None = None) -> subprocess.CompletedProce
                           timeout=120)
 
 
-def test_init_schema_user_and_imap_over_thrift(tmp_path):
-    with ThriftGateway(str(tmp_path / "hbase")) as gateway:
-        hbase = ["--backend", "hbase", "--hbase-host", "127.0.0.1",
-                 "--hbase-port", str(gateway.port)]
-        first = mailadmin("init-schema", "--json", *hbase)
-        assert first.returncode == 0, first.stderr
-        assert "JAMES_MESSAGES" in json.loads(first.stdout)["created"]
-        again = mailadmin("init-schema", "--json", *hbase)
-        assert json.loads(again.stdout)["created"] == []  # idempotent
-        added = mailadmin("user", "add", "hank", "--password-stdin", *hbase, stdin="pw\n")
-        assert added.returncode == 0, added.stderr
-        with ServerProcess(str(tmp_path / "unused"), *hbase) as server:
-            client = Client(server.port)
-            assert client.cmd("a", "LOGIN hank pw")[-1].startswith(b"a OK")
-            client.send(b"b APPEND INBOX {11+}\r\nhello world\r\n")
-            assert client.until_tagged("b")[-1].startswith(b"b OK [APPENDUID")
-            client.cmd("c", "SELECT INBOX")
-            lines = client.cmd("d", "FETCH 1 BODY.PEEK[]")
-            assert lines[0] == b"* 1 FETCH (BODY[] {11}\r\nhello world)"
-            client.close()
-        scan = mailadmin("hbase", "scan", "JAMES_USERS", *hbase)
-        assert scan.returncode == 0 and " hank column=a:pw" in scan.stdout
+def test_init_schema_user_and_imap_over_thrift(tmp_path, hbase_store):
+    """Both programs open the store under ``--hbase-table-prefix``: the user mailadmin adds
+    is the one imapserver logs in, and nothing is created outside the prefix."""
+    hbase = hbase_store.args()
+    raw = hbase_store.backend(pool_size=1)
+    try:
+        raw.delete_table("JAMES_MESSAGES")      # one table to create: cheap on a real HBase
+    finally:
+        raw.close()
+    first = mailadmin("init-schema", "--json", *hbase)
+    assert first.returncode == 0, first.stderr
+    assert json.loads(first.stdout)["created"] == ["JAMES_MESSAGES"]
+    again = mailadmin("init-schema", "--json", *hbase)
+    assert json.loads(again.stdout)["created"] == []  # idempotent
+    before = outside(hbase_store)
+    added = mailadmin("user", "add", "hank", "--password-stdin", *hbase, stdin="pw\n")
+    assert added.returncode == 0, added.stderr
+    with ServerProcess(str(tmp_path / "unused"), *hbase) as server:
+        client = Client(server.port)
+        assert client.cmd("a", "LOGIN hank pw")[-1].startswith(b"a OK")
+        client.send(b"b APPEND INBOX {11+}\r\nhello world\r\n")
+        assert client.until_tagged("b")[-1].startswith(b"b OK [APPENDUID")
+        client.cmd("c", "SELECT INBOX")
+        lines = client.cmd("d", "FETCH 1 BODY.PEEK[]")
+        assert lines[0] == b"* 1 FETCH (BODY[] {11}\r\nhello world)"
+        client.close()
+    scan = mailadmin("hbase", "scan", "JAMES_USERS", *hbase)
+    assert scan.returncode == 0 and " hank column=a:pw" in scan.stdout
+    assert outside(hbase_store) == before
+
+
+def outside(lease) -> list[bytes]:
+    """The server's tables that belong to no prefix of the tests' pool."""
+    conn = lease.target.connection()
+    try:
+        return sorted(t for t in conn.tables() if not t.startswith(lease.target.base.encode()))
+    finally:
+        conn.close()

@@ -15,7 +15,6 @@ import threading
 
 import pytest
 
-from mailstore.backends.embedded import EmbeddedBackend
 from mailstore.mailboxes import RECENT
 from mailstore.schema import MAILBOXES
 from mailstore.store import MailStore
@@ -100,31 +99,6 @@ def test_unclaimed_recent_counts_visible_messages_above_the_watermark(store):
     assert store.unclaimed_recent(box) == 1          # expunged messages are not counted
     store.claim_recent(box, box.visible_uid)
     assert store.unclaimed_recent(store.mailbox("ann", "Box")) == 0
-
-
-@pytest.fixture(params=["embedded", "hbase"])
-def connect(request, tmp_path):
-    """A new connection to one store per call, as another process would open: its own SQLite
-    connection, or its own happybase pool through one Thrift gateway."""
-    path = str(tmp_path / "store")
-    opened = []
-    if request.param == "embedded":
-        def embedded():
-            opened.append(EmbeddedBackend(path))
-            return opened[-1]
-        yield embedded
-    else:
-        from mailstore.backends.hbase import HBaseBackend
-        from mailstore.testing.thrift_gateway import ThriftGateway
-
-        with ThriftGateway(path) as gateway:
-            def hbase():
-                opened.append(HBaseBackend(host="127.0.0.1", port=gateway.port,
-                                           table_prefix="r"))
-                return opened[-1]
-            yield hbase
-    for backend in opened:
-        backend.close()
 
 
 THREADS, ROUNDS = 4, 12
