@@ -17,7 +17,6 @@ import pytest
 
 from mailstore.backends.embedded import EmbeddedBackend
 from mailstore.store import MailStore
-from mailstore.testing.thrift_gateway import ThriftGateway
 from tests.imapproc import Client, ServerProcess, make_users
 from tests.mailgen import message
 
@@ -29,23 +28,22 @@ def mailadmin(*args: str, stdin: str | None = None) -> subprocess.CompletedProce
 
 
 @contextlib.contextmanager
-def two_servers(tmp_path, backend: str):
-    """Two imapserver processes over one store, with user ``cora``."""
+def two_servers(tmp_path, backend: str, hbase_store=None):
+    """Two imapserver processes over one store, with user ``cora``; over HBase, the test's
+    leased table prefix (tests/conftest.py ``hbase_store``: HBASE_THRIFT_HOST or the session's
+    gateway)."""
     if backend == "embedded":
         data_dir = str(tmp_path / "store")
         make_users(data_dir, ("cora", "pw"))
         with ServerProcess(data_dir) as one, ServerProcess(data_dir) as two:
             yield one, two
         return
-    with ThriftGateway(str(tmp_path / "hbase")) as gateway:
-        hbase = ["--backend", "hbase", "--hbase-host", "127.0.0.1",
-                 "--hbase-port", str(gateway.port)]
-        assert mailadmin("init-schema", *hbase).returncode == 0
-        added = mailadmin("user", "add", "cora", "--password-stdin", *hbase, stdin="pw\n")
-        assert added.returncode == 0, added.stderr
-        with ServerProcess(str(tmp_path / "unused1"), *hbase) as one, \
-                ServerProcess(str(tmp_path / "unused2"), *hbase) as two:
-            yield one, two
+    hbase = hbase_store.args()
+    added = mailadmin("user", "add", "cora", "--password-stdin", *hbase, stdin="pw\n")
+    assert added.returncode == 0, added.stderr
+    with ServerProcess(str(tmp_path / "unused1"), *hbase) as one, \
+            ServerProcess(str(tmp_path / "unused2"), *hbase) as two:
+        yield one, two
 
 
 _OPEN: list[Client] = []
@@ -102,13 +100,14 @@ def vanished_earlier(lines: list[bytes]) -> set[int]:
 
 
 @pytest.mark.parametrize("backend", ["embedded", "hbase"])
-def test_qresync_resync_across_two_processes(tmp_path, backend):
+def test_qresync_resync_across_two_processes(tmp_path, backend, request):
     """Issue 12's done-when: a client that last saw the mailbox through one process resyncs
     (RFC 7162 3.2.5.2: SELECT ... (QRESYNC (uidvalidity modseq known-uids))) and learns
     exactly the flag changes and expunges another process made -- through either process,
     and again after the first process restarted (the MODSEQs and what QRESYNC needs are in
     the store, RFC 7162 3.1.2.1 'persistent')."""
-    with two_servers(tmp_path, backend) as (one, two):
+    lease = request.getfixturevalue("hbase_store") if backend == "hbase" else None
+    with two_servers(tmp_path, backend, lease) as (one, two):
         writer = login(two)
         uids = [append(writer, i, "\\Seen" if i % 3 == 0 else "") for i in range(12)]
         client = login(one)
