@@ -482,7 +482,7 @@ def _modseq_value(value) -> bool:
             "MOD-SEQUENCE values are each server's own (RFC 7162 3.1: only 'strictly "
             "increasing' per mailbox; Dovecot gives every message of one STORE the same "
             "MODSEQ, we one each): HIGHESTMODSEQ codes and STATUS items, FETCH MODSEQ items, "
-            "SEARCH's (MODSEQ n) and ESEARCH's MODSEQ n read '<modseq>' on both sides; "
+            "SEARCH's and SORT's (MODSEQ n) and ESEARCH's MODSEQ n read '<modseq>' on both sides; "
             "scripts take the values they send from each server's own earlier answers "
             "(differential.Recall).")
 def _modseq_values(ours: Event, dovecot: Event) -> bool:
@@ -507,7 +507,7 @@ def _modseq_values(ours: Event, dovecot: Event) -> bool:
                     if word(data[k]) == b"MODSEQ" and _modseq_value(data[k + 1]):
                         data[k + 1] = b"<modseq>"
                         changed = True
-            elif first == b"SEARCH" and data and isinstance(data[-1], list) \
+            elif first in (b"SEARCH", b"SORT") and data and isinstance(data[-1], list) \
                     and len(data[-1]) == 2 and word(data[-1][0]) == b"MODSEQ":
                 data[-1] = [data[-1][0], b"<modseq>"]
                 changed = True

@@ -130,6 +130,18 @@ SCRIPTS = [
         ("C", Recall("SEARCH RETURN () MODSEQ {STORED}", STORED)),
         ("C", "SEARCH RETURN (COUNT) MODSEQ 9223372036854775807"),
     ], deliberate=MODSEQ),
+
+    # SORT with a MODSEQ criterion (RFC 7162 3.1.5 and its grammar: sort-data ends with
+    # search-sort-mod-seq), as the first CONDSTORE-enabling command of the session, and ESORT.
+    Script("condstore-sort-modseq", [
+        *seed(),
+        *s("C", "SELECT INBOX", "STORE 5 +FLAGS (\\Seen)", "STORE 3 +FLAGS (\\Seen)"),
+        ("C", "SORT (SUBJECT) UTF-8 MODSEQ 1"),
+        ("C", "UID SORT (REVERSE ARRIVAL) UTF-8 MODSEQ 1"),
+        ("C", "SORT RETURN (MIN MAX) (ARRIVAL) UTF-8 MODSEQ 1"),
+        ("C", "SORT (ARRIVAL) UTF-8 MODSEQ 9223372036854775807"),
+        ("C", "THREAD REFERENCES UTF-8 MODSEQ 1"),
+    ], deliberate=MODSEQ),
 ]
 
 

@@ -46,9 +46,11 @@ from ..search import (
     evaluate,
     parse_search,
 )
+from ..search_parse import ModseqKey, walk
 from ..search_return import split_return
 from ..search_updates import noupdate_line
 from ..wire import Atom
+from .common import enable_condstore
 from .search_cmd import mentions_saved
 
 THREAD_ALGORITHMS = ("ORDEREDSUBJECT", "REFERENCES")
@@ -167,6 +169,9 @@ def sort_command(ctx, uid_mode: bool):
     uids = list(selected.uids)
     recent = set(selected.recent)
     mailbox = selected.mailbox
+    with_modseq = _uses_modseq(program)
+    if with_modseq:
+        yield enable_condstore(ctx)  # RFC 7162 3.1: a MODSEQ search criterion enables it
 
     def sorted_uids(matched):
         entries = ctx.store.sort_keys(mailbox, matched, uids)
@@ -188,18 +193,29 @@ def sort_command(ctx, uid_mode: bool):
 
     def run():
         matched = _matching(program, ctx, selected, uids, recent)
+        highest = 0
+        if with_modseq and (options is None or options.sends_esearch):
+            # RFC 7162 3.1.5 and its sort-data grammar (search-sort-mod-seq): the highest
+            # MODSEQ of the messages returned, as SEARCH gives it.
+            returned = matched if options is None else options.saved_part(matched)
+            if returned:
+                highest = max((v.modseq for v in ctx.store.fetch(mailbox, returned)),
+                              default=0)
         if options is not None and (options.update or options.save):
             # The context or SAVE needs the order itself: the remembered answers are no help.
             order = sorted_uids(matched)
-            return render(order), order
+            return render(order), order, highest
         return _answer((mailbox.id, "SORT", tuple(criteria), options), matched, uids,
-                       uid_mode, lambda: render(sorted_uids(matched))), None
+                       uid_mode, lambda: render(sorted_uids(matched))), None, highest
     try:
-        data, order = yield ctx.call(run)
+        data, order, highest = yield ctx.call(run)
     except Exception:
         if save:
             selected.saved = []
         raise
+    if highest:
+        data = (data + b" (MODSEQ %d)" % highest if options is None
+                else (*data, ("MODSEQ", str(highest))))
     if options is None:
         ctx.untagged(data)
         return
@@ -228,6 +244,10 @@ def thread_command(ctx, uid_mode: bool):
     uids = list(selected.uids)
     recent = set(selected.recent)
     mailbox = selected.mailbox
+    if _uses_modseq(program):
+        # RFC 7162 3.1: CONDSTORE-enabling; thread-data has no MODSEQ (RFC 5256 5), so the
+        # answer is as without it.
+        yield enable_condstore(ctx)
 
     def run():
         matched = _matching(program, ctx, selected, uids, recent)
@@ -244,6 +264,10 @@ def thread_command(ctx, uid_mode: bool):
         return _answer((mailbox.id, "THREAD", algorithm), matched, uids, uid_mode, compute)
     data = yield ctx.call(run)
     ctx.untagged(b"THREAD" + (b" " + data if data else b""))
+
+
+def _uses_modseq(program) -> bool:
+    return any(isinstance(k, ModseqKey) for k in walk(program.key))
 
 
 def _renumber(threads, uids: list[int]) -> None:
