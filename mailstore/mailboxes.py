@@ -40,6 +40,27 @@ Not one of COUNTERS: fsck has nothing to recompute it from."""
 
 LIVE, DELETING = b"live", b"deleting"
 
+STEP_PREFIX = b"c:~"
+"""Marker cells of counting steps: ``c:~<intent key, hex>.<step>``, incremented in the same
+call as the counters they account for and deleted after their intent (decision 0004)."""
+
+
+def step_column(family: bytes, intent_key: bytes, step: str) -> bytes:
+    """The marker cell, in ``family`` (``c`` of a mailbox row, ``r`` of a content row), that
+    says step ``step`` of the intent ``intent_key`` has been applied to that row."""
+    return family + b":~" + intent_key.hex().encode() + b"." + step.encode()
+
+
+def step_intent(column: bytes) -> bytes | None:
+    """The intent key a marker cell names, or None if ``column`` is no marker."""
+    _family, _, qualifier = column.partition(b":")
+    if not qualifier.startswith(b"~"):
+        return None
+    try:
+        return bytes.fromhex(qualifier[1:].split(b".")[0].decode())
+    except ValueError:
+        return None
+
 ID_CACHE = 10_000
 """Mailbox ids remembered by (user, name) per process, each checked against its row on use."""
 
@@ -262,6 +283,18 @@ class Mailboxes:
         deltas = {c: d for c, d in ((COUNT, messages), (UNSEEN, unseen), (SIZE, size)) if d}
         if deltas:
             self.rows.increment_many(mailbox_id, deltas)
+
+    def count_once(self, mailbox_id: bytes, step: bytes, messages: int = 0, unseen: int = 0,
+                   size: int = 0) -> None:
+        """:meth:`add_counts` as one step of an intent: the counters and the step's marker
+        cell (:func:`step_column`) change in one call, so whoever rolls the intent forward
+        reads the marker and never counts the step twice (docs/decisions/0004)."""
+        deltas = {c: d for c, d in ((COUNT, messages), (UNSEEN, unseen), (SIZE, size)) if d}
+        self.rows.increment_many(mailbox_id, {**deltas, step: 1})
+
+    def steps_done(self, mailbox_id: bytes, steps: list[bytes]) -> set[bytes]:
+        """Which of an intent's counting steps (marker cells) have been applied here."""
+        return set(self.rows.row(mailbox_id, steps))
 
     def claim_recent(self, mailbox_id: bytes, up_to_uid: int, guess: int = 0
                      ) -> tuple[int, int]:
