@@ -174,6 +174,8 @@ class Messages:
         self.clock = clock
         self.sleep = sleep
         self.abandon_after = abandon_after
+        # UIDs a reader found allocated but unwritten: (mailbox, uid) -> first seen (settle).
+        self._stalled: dict[tuple[bytes, int], float] = {}
 
     # -- content --------------------------------------------------------------------------------
 
@@ -360,6 +362,46 @@ class Messages:
             self.backend.flush_group()
             self.sleep(delay)
             delay = min(delay * 2, 0.05)
+
+    def settle(self, mailbox_id: bytes, visible: int, last: int) -> int:
+        """:meth:`advance` for a reader, which never waits: move the watermark over the UIDs
+        above ``visible`` (up to ``last``, the allocated UID) that are settled, giving up
+        those this process has seen unwritten for ``abandon_after`` seconds and stripping
+        what a dead writer had put there.  Returns the watermark as it leaves it.
+
+        Opening a mailbox calls this when its watermark is behind its allocated UID, so UIDs
+        a killed process allocated (an APPEND cut before its commit, a MOVE cut before it
+        wrote its intent) are given up on the next opens instead of waiting for the next
+        writer, or for fsck to call them a problem.
+        """
+        start, stop = keys.message_range(mailbox_id, visible + 1, last)
+        found = {keys.message_key_uid(k): r for k, r in self.table.scan(start=start, stop=stop)}
+        now = self.clock()
+        stalled = self._stalled
+        for uid in range(visible + 1, last + 1):
+            if STATE not in found.get(uid, {}):
+                stalled.setdefault((mailbox_id, uid), now)
+        reach = visible
+        for uid in range(visible + 1, last + 1):
+            row = found.get(uid, {})
+            if STATE not in row:
+                if now - stalled.get((mailbox_id, uid), now) < self.abandon_after:
+                    break
+                key = keys.message_key(mailbox_id, uid)
+                if not self.table.check_and_put(key, STATE, None, STATE, ABANDONED):
+                    break  # its writer committed it after all: the next open moves on
+                if len(row):
+                    self.table.delete(key, list(PENDING_CELLS))
+            elif row[STATE] == ABANDONED and len(row) > 1:
+                self.table.delete(keys.message_key(mailbox_id, uid), list(PENDING_CELLS))
+            stalled.pop((mailbox_id, uid), None)
+            reach = uid
+        if reach > visible:
+            self.boxes.rows.check_and_put(mailbox_id, VISIBLE, encode_counter(visible),
+                                          VISIBLE, encode_counter(reach))
+        if len(stalled) > 10_000:
+            stalled.clear()  # crude bound; a UID forgotten here is only noted again
+        return reach
 
     # -- reading --------------------------------------------------------------------------------
 

@@ -167,6 +167,12 @@ class MailStore:
         if recover and self.transfers.pending(mailbox.id):
             if self.transfers.recover(mailbox.id):
                 mailbox = self.mailboxes.get(user, name)
+        if recover and mailbox.visible_uid < mailbox.last_uid:
+            # UIDs allocated and not (yet) written: a killed writer's are given up once they
+            # have stayed so for abandon_after (docs/decisions/0001), without waiting here.
+            if self.messages.settle(mailbox.id, mailbox.visible_uid, mailbox.last_uid) \
+                    != mailbox.visible_uid:
+                mailbox = self.mailboxes.get(user, name)
         return mailbox
 
     def list_mailboxes(self, user: str) -> list[Mailbox]:
