@@ -40,14 +40,11 @@ Not one of COUNTERS: fsck has nothing to recompute it from."""
 
 LIVE, DELETING = b"live", b"deleting"
 
-STEP_PREFIX = b"c:~"
-"""Marker cells of counting steps: ``c:~<intent key, hex>.<step>``, incremented in the same
-call as the counters they account for and deleted after their intent (decision 0004)."""
-
-
 def step_column(family: bytes, intent_key: bytes, step: str) -> bytes:
     """The marker cell, in ``family`` (``c`` of a mailbox row, ``r`` of a content row), that
-    says step ``step`` of the intent ``intent_key`` has been applied to that row."""
+    says step ``step`` of the intent ``intent_key`` has been applied to that row:
+    ``c:~<intent key, hex>.<step>``, incremented in the same call as the counters it accounts
+    for, deleted after its intent (docs/decisions/0004)."""
     return family + b":~" + intent_key.hex().encode() + b"." + step.encode()
 
 

@@ -482,8 +482,8 @@ class Messages:
 
     def store_flags(self, mailbox: Mailbox, uids: Iterable[int], flags: Iterable[str],
                     mode: str = "add", unchanged_since: int | None = None,
-                    views: list[MessageView] | None = None, modseqs: Iterable[int] = ()
-                    ) -> tuple[list[tuple[int, Flags]], list[int]]:
+                    views: list[MessageView] | None = None, modseqs: Iterable[int] = (),
+                    journal=None) -> tuple[list[tuple[int, Flags]], list[int]]:
         """Change flags (RFC 3501 6.4.6); returns (changed messages, UIDs that failed the
         UNCHANGEDSINCE test of RFC 7162).  ``views``: the messages' summaries, if the caller
         has just read them (``uids`` is then ignored); ``modseqs``: MODSEQs the caller has
@@ -491,6 +491,10 @@ class Messages:
 
         Each message's flags cell is changed by check-and-put, so two sessions changing the same
         message never lose each other's change, and only the winner adjusts the unseen counter.
+        ``journal`` (the store's Transfers): when a change flips ``\\Seen``, the writes that do
+        are recorded in an intent first and the unseen counter changes once, with the marker
+        of that intent, so a process killed in between is counted by the roll forward
+        (docs/decisions/0004).
         """
         wanted = canonical_flags(flags)
         if views is None:
@@ -509,8 +513,24 @@ class Messages:
             need = will_change - len(spare)
             top = self.boxes.rows.increment(mailbox.id, MODSEQ, need)
             spare += range(top - need + 1, top + 1)
-        changed, failed, unseen_delta = [], [], 0
+        # Each write's new value is decided up front (its MODSEQ from ``spare``, in order), so
+        # that those flipping \\Seen can be recorded before any is made.
+        plan = []
         for view in views:
+            if unchanged_since is not None and view.flags.modseq > unchanged_since:
+                plan.append((view, None))
+                continue
+            names = target(view.flags)
+            new = None
+            if names != view.flags.names:
+                modseq = spare.pop(0) if spare else self.boxes.rows.increment(mailbox.id, MODSEQ)
+                new = Flags(modseq, frozenset(names))
+            plan.append((view, new))
+        flips = {v.uid: (new, int(v.flags.seen) - int(new.seen)) for v, new in plan
+                 if new is not None and new.seen != v.flags.seen}
+        intent = journal.begin_flags(mailbox.id, flips) if journal and flips else None
+        changed, failed, unseen_delta = [], [], 0
+        for view, new in plan:
             key = keys.message_key(mailbox.id, view.uid)
             current = view.flags
             expected = current.encode()
@@ -518,15 +538,26 @@ class Messages:
                 if unchanged_since is not None and current.modseq > unchanged_since:
                     failed.append(view.uid)
                     break
-                names = target(current)
-                if names == current.names:
-                    break
-                modseq = spare.pop(0) if spare else self.boxes.rows.increment(mailbox.id, MODSEQ)
-                new = Flags(modseq, frozenset(names))
+                if new is None:
+                    names = target(current)
+                    if names == current.names:
+                        break
+                    modseq = self.boxes.rows.increment(mailbox.id, MODSEQ)
+                    new = Flags(modseq, frozenset(names))
+                delta = int(current.seen) - int(new.seen)
+                if intent is not None and flips.get(view.uid) != ((new, delta) if delta
+                                                                   else None):
+                    # A retry after a concurrent change: the intent must name this write.
+                    if delta:
+                        flips[view.uid] = (new, delta)
+                    else:
+                        flips.pop(view.uid, None)
+                    journal.note_flags(intent, flips)
                 if self.table.check_and_put(key, FLAGS, expected, FLAGS, new.encode()):
-                    unseen_delta += int(current.seen) - int(new.seen)
+                    unseen_delta += delta
                     changed.append((view.uid, new))
                     break
+                new = None
                 row = self.table.row(key, [STATE, FLAGS])
                 if state_of(row.get(STATE)) not in VISIBLE_STATES:
                     break  # expunged meanwhile
@@ -534,7 +565,9 @@ class Messages:
                 # written in another form than ours can never make this loop for ever.
                 expected = row.get(FLAGS)
                 current = Flags.decode(expected)
-        if unseen_delta:
+        if intent is not None:
+            journal.end_flags(mailbox.id, intent, unseen_delta)
+        elif unseen_delta:
             self.boxes.add_counts(mailbox.id, unseen=unseen_delta)
         return changed, failed
 

@@ -459,7 +459,7 @@ class MailStore:
                 top = taken[MODSEQ]
                 done, missed = self.messages.store_flags(
                     mailbox, (), wanted, mode, unchanged_since, views=moving,
-                    modseqs=range(top - len(moving) + 1, top + 1))
+                    modseqs=range(top - len(moving) + 1, top + 1), journal=self.transfers)
             changed += done
             failed += missed
         return changed, sorted(failed)

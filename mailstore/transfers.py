@@ -144,6 +144,37 @@ class Transfers:
         self.messages.table.mutate_rows(
             [Mutation(keys.message_key(mailbox.id, v.uid), delete_row=True) for v in views])
 
+    # -- flag changes (the STORE side is Messages.store_flags) -----------------------------------
+
+    def begin_flags(self, mailbox_id: bytes, flips: dict[int, tuple[Flags, int]]) -> bytes:
+        """Record the flag writes of a STORE that flip \\Seen before they are made: (UID, the
+        flags cell it will hold, its change to the unseen count)."""
+        return self._begin(mailbox_id, _flags_op(flips))
+
+    def note_flags(self, key: bytes, flips: dict[int, tuple[Flags, int]]) -> None:
+        """Replace the writes recorded (a retry after a concurrent change decided anew)."""
+        self.intents.put(key, {OP: json.dumps(_flags_op(flips)).encode()})
+
+    def end_flags(self, mailbox_id: bytes, key: bytes, unseen: int) -> None:
+        """Count the writes that were made, once (the intent's marker), and end the intent."""
+        self.boxes.count_once(mailbox_id, step_column(b"c", key, COUNT_STEP), unseen=unseen)
+        self._end(key, [mailbox_id])
+
+    def _recover_flags(self, mailbox: Mailbox, intent: bytes, op: dict) -> None:
+        """Count the recorded writes that were made: a flags cell that still holds the value
+        a write would have put (its MODSEQ is the write's own) was put by it.  A write made
+        and then changed again by another session before this roll forward cannot be told
+        from one never made; it is taken as never made (decision 0004)."""
+        step = step_column(b"c", intent, COUNT_STEP)
+        if self.boxes.steps_done(mailbox.id, [step]):
+            return
+        writes = {uid: (bytes.fromhex(cell), delta) for uid, cell, delta in op["writes"]}
+        rows = self.messages.table.rows([keys.message_key(mailbox.id, u) for u in writes],
+                                        [FLAGS])
+        unseen = sum(writes[keys.message_key_uid(k)][1] for k, r in rows
+                     if r.get(FLAGS) == writes[keys.message_key_uid(k)][0])
+        self.boxes.count_once(mailbox.id, step, unseen=unseen)
+
     # -- copy -----------------------------------------------------------------------------------
 
     def copy(self, source: Mailbox, uids: Iterable[int], target: Mailbox
@@ -299,7 +330,9 @@ class Transfers:
                 continue  # leased by another session meanwhile
             rows: set[bytes] = {mailbox_id}
             contents: set[bytes] = set()
-            if source is not None:
+            if source is not None and op["op"] == "flags":
+                self._recover_flags(source, key, op)
+            elif source is not None:
                 uids = op["uids"] if op["op"] == "expunge" else [p[0] for p in op["pairs"]]
                 with self.changes.recording(mailbox_id, uids):
                     if op["op"] == "expunge":
@@ -399,6 +432,11 @@ class Transfers:
         top = max((uid for _, uid in moved), default=0)
         self.messages.advance(target.id, max(top, *(d for _, d in op["pairs"])))
         self._delete_sources(source, intent, [v for v, _ in moved])
+
+
+def _flags_op(flips: dict[int, tuple[Flags, int]]) -> dict:
+    return {"op": "flags", "writes": [[uid, new.encode().hex(), delta]
+                                      for uid, (new, delta) in sorted(flips.items())]}
 
 
 def _view(key: bytes, raw: bytes, row: dict[bytes, bytes]) -> MessageView:
