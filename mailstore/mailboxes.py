@@ -134,6 +134,8 @@ class Mailboxes:
         mailbox_id = self.index.row(keys.index_key(user, name), [b"i:id"]).get(b"i:id")
         mailbox = self._named(mailbox_id, user, name) if mailbox_id else None
         if mailbox is None:
+            if mailbox_id:
+                self._undo_half_created(user, name, mailbox_id)
             raise NotFound(f"no such mailbox: {name}")
         if len(self._ids) >= ID_CACHE:
             self._ids.clear()  # crude bound; a miss only costs the index read
@@ -161,6 +163,8 @@ class Mailboxes:
             if row and row.get(b"m:state") == LIVE and row[b"m:name"].decode() == name \
                     and row[b"m:owner"].decode() == user:
                 result.append(Mailbox.from_row(cells[b"i:id"], row))
+            elif not row:
+                self._undo_half_created(user, name, cells[b"i:id"])
         return result
 
     # -- changes --------------------------------------------------------------------------------
@@ -179,22 +183,35 @@ class Mailboxes:
         # Counters start as explicit zeros so that check-and-put on the watermark always
         # compares bytes with bytes.
         cells.update({c: encode_counter(0) for c in (*COUNTERS, RECENT)})
-        # The mailbox row first, then the index row that makes it findable: a crash between the
-        # two leaves an unreachable row that fsck removes, never an index row to nothing.
-        self.rows.put(mailbox_id, cells)
-        if not self.index.check_and_put(keys.index_key(user, name), b"i:id", None,
-                                        b"i:id", mailbox_id):
-            self.rows.delete(mailbox_id)
+        # The index row first (it claims the name), then the mailbox row.  A crash between the
+        # two leaves an index row to no row at all, which the next lookup, listing or CREATE
+        # of the name removes (_undo_half_created): the CREATE was never acknowledged, so
+        # undoing it is the recovery.  (The other order left a row no name reaches, which
+        # only fsck could find: issue 16.)
+        index_key = keys.index_key(user, name)
+        if not self.index.check_and_put(index_key, b"i:id", None, b"i:id", mailbox_id):
             existing = self._index_target(user, name)
             if existing is not None:
                 raise AlreadyExists(f"mailbox already exists: {name}")
-            # A stale index row (crash in delete/rename) holds the name: reclaim it.
-            stale = self.index.row(keys.index_key(user, name)).get(b"i:id")
-            self.index.delete(keys.index_key(user, name))
+            # A stale index row (crash in create/delete/rename) holds the name: reclaim it.
+            stale = self.index.row(index_key).get(b"i:id")
+            self.index.delete(index_key)
             if stale is not None:
                 return self.create(user, name, special_use)
             raise AlreadyExists(f"mailbox already exists: {name}")
+        self.rows.put(mailbox_id, cells)
+        if self.index.row(index_key, [b"i:id"]).get(b"i:id") != mailbox_id:
+            # A reader took our index row for a dead creator's in the moment between the two
+            # writes: take the row back and claim the name again.
+            self.rows.delete(mailbox_id)
+            return self.create(user, name, special_use)
         return Mailbox(mailbox_id, user, name, uidvalidity, special_use)
+
+    def _undo_half_created(self, user: str, name: str, mailbox_id: bytes) -> None:
+        """An index row whose mailbox row does not exist at all: a CREATE died between its
+        two writes (deletion and rename never leave one).  Remove it."""
+        if not self.rows.row(mailbox_id, [b"m:state"]):
+            self.index.delete(keys.index_key(user, name))
 
     def _index_target(self, user: str, name: str) -> Mailbox | None:
         try:

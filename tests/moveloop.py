@@ -180,7 +180,7 @@ def run_loop(data_dir: str, kills: int, seconds: float, seed: int, log=lambda s:
         try:
             check(data_dir, server.port, acked, figures)
             proc = server.proc
-            killer = threading.Timer(rng.uniform(0.05, 1.5), proc.kill)
+            killer = threading.Timer(rng.uniform(0.05, 0.8), proc.kill)
             killer.start()
             workload(server.port, rng, acked, counter, figures)
             killer.join()
