@@ -384,10 +384,19 @@ class ContentStore:
         self.release(freed)
         return freed
 
-    def forget_steps(self, content_ids: list[bytes], marker: bytes) -> None:
+    def incref_once(self, counts: dict[bytes, int], marker: bytes) -> None:
+        """Add ``counts[content_id]`` references to each content, as one step of an intent:
+        exactly once per row, as :meth:`decref_once` drops them."""
+        ids = list(counts)
+        done = {cid for cid, _ in self.table.rows(ids, [marker])}
+        for cid in ids:
+            if cid not in done:
+                self.table.increment_many(cid, {REFS: counts[cid], marker: 1})
+
+    def forget_steps(self, content_ids: list[bytes], markers: list[bytes]) -> None:
         """Remove an intent's marker cells once the intent itself is gone."""
         if content_ids:
-            self.table.mutate_rows([Mutation(cid, deletes=[marker]) for cid in content_ids])
+            self.table.mutate_rows([Mutation(cid, deletes=markers) for cid in content_ids])
 
     def release(self, content_ids: list[bytes]) -> None:
         """Content whose last reference is gone: delete it once the grace period is over.

@@ -30,7 +30,7 @@ import orjson
 from . import keys
 from .backends.base import Backend, Mutation, decode_counter, encode_counter
 from .changelog import ChangeLog
-from .content import ContentStore
+from .content import INFO, ContentStore
 from .mailboxes import MODSEQ, UID, VISIBLE, Mailbox, Mailboxes, step_column
 from .messages import (
     BODY,
@@ -88,14 +88,17 @@ class Transfers:
         return key
 
     def _end(self, key: bytes, mailbox_ids: Iterable[bytes] = (),
-             contents: Iterable[bytes] = ()) -> None:
-        """Delete the intent, then the marker cells of its counting steps.  In that order: a
-        marker outliving its intent is inert (fsck sweeps it), an intent outliving its
-        markers would count its steps again."""
+             contents: Iterable[bytes] = (), steps: Iterable[str] = ()) -> None:
+        """Delete the intent, then the marker cells of its counting steps (``steps``: those
+        named after a message, besides the usual ones).  In that order: a marker outliving
+        its intent is inert (fsck sweeps it), an intent outliving its markers would count
+        its steps again."""
         self.intents.delete(key)
-        markers = [step_column(b"c", key, s) for s in STEPS]
+        steps = list(steps)
+        markers = [step_column(b"c", key, s) for s in (*STEPS, *steps)]
         self.boxes.rows.mutate_rows([Mutation(m, deletes=markers) for m in set(mailbox_ids)])
-        self.content.forget_steps(sorted(set(contents)), step_column(b"r", key, REFS_STEP))
+        self.content.forget_steps(sorted(set(contents)),
+                                  [step_column(b"r", key, s) for s in (REFS_STEP, *steps)])
 
     def pending(self, mailbox_id: bytes) -> list[tuple[bytes, dict, int]]:
         """Intents recorded against a mailbox: (key, operation, start time)."""
@@ -181,33 +184,84 @@ class Transfers:
              ) -> list[tuple[int, int]]:
         """Copy messages (RFC 3501 6.4.7); returns (source UID, target UID) pairs.
 
-        Messages expunged meanwhile are skipped.  Quota is checked by the caller.
+        Messages expunged meanwhile are skipped.  Quota is checked by the caller.  An intent
+        keyed by the target is written before anything else, and the references and the
+        target's counters change once each (marker cells), so a copy cut short is rolled
+        forward exactly when the target is next opened.
         """
         views = self.messages.get(source.id, sorted(set(uids)), None)
-        views = [v for v in views if self.content.incref(v.record.content)]
+        # Content whose last message went meanwhile is being freed (or gone): skip those.
+        live = {cid for cid, _ in self.content.table.rows(
+            list({v.record.content for v in views}), [INFO])}
+        views = [v for v in views if v.record.content in live]
         if not views:
             return []
-        return self._insert(target, views)
-
-    def _insert(self, target: Mailbox, views: list[MessageView]) -> list[tuple[int, int]]:
-        """Write, commit and publish target rows for ``views``; return (old, new) UID pairs."""
         count = len(views)
         last = self.boxes.rows.increment(target.id, UID, count)
         top_modseq = self.boxes.rows.increment(target.id, MODSEQ, count)
-        pairs = []
-        for i, view in enumerate(views):
-            uid, modseq = last - count + 1 + i, top_modseq - count + 1 + i
-            self._place(target, view, uid, modseq)
-            pairs.append((view.uid, uid))
-        # A UID given up because we stalled was replaced in _place; publish the whole block.
-        unseen = sum(1 for v in views if not v.flags.seen)
-        self.boxes.add_counts(target.id, messages=count, unseen=unseen,
-                              size=sum(v.record.size for v in views))
+        pairs = [[v.uid, last - count + 1 + i, v.record.content.hex(), v.record.size,
+                  0 if v.flags.seen else 1] for i, v in enumerate(views)]
+        intent = self._begin(target.id, {"op": "copy", "source": source.id.hex(),
+                                         "pairs": pairs})
+        self._copy_counts(target, intent, pairs)
+        done = [(v.uid, self._place(target, v, uid, top_modseq - count + 1 + i))
+                for i, (v, (_, uid, *_rest)) in enumerate(zip(views, pairs, strict=True))]
         self.messages.publish(target.id, last - count + 1, last)
-        replaced = [p for p in pairs if p[1] > last]
-        if replaced:
-            self.messages.advance(target.id, max(p[1] for p in replaced))
-        return pairs
+        top = max(uid for _, uid in done)
+        if top > last:
+            self.messages.advance(target.id, top)
+        self._end(intent, [target.id], [bytes.fromhex(p[2]) for p in pairs])
+        return done
+
+    def _copy_counts(self, target: Mailbox, intent: bytes, pairs: list[list],
+                     recovering: bool = False) -> None:
+        """Take the copies' content references and count them in the target, each once."""
+        self.content.incref_once(Counter(bytes.fromhex(p[2]) for p in pairs),
+                                 step_column(b"r", intent, REFS_STEP))
+        step = step_column(b"c", intent, COUNT_STEP)
+        if recovering and self.boxes.steps_done(target.id, [step]):
+            return
+        self.boxes.count_once(target.id, step, messages=len(pairs),
+                              size=sum(p[3] for p in pairs), unseen=sum(p[4] for p in pairs))
+
+    def _recover_copy(self, target: Mailbox, intent: bytes, op: dict) -> set[bytes]:
+        """Finish a copy: references and counts (once), then every copy not yet written
+        whose source is still there; one whose source went meanwhile is given up, and its
+        reference and counts given back (once: a marker per target UID).  Returns the
+        contents whose marker cells to remove."""
+        pairs = op["pairs"]
+        self._copy_counts(target, intent, pairs, recovering=True)
+        table = self.messages.table
+        source = self.boxes.load(bytes.fromhex(op["source"]))
+        src_rows = dict(table.rows([keys.message_key(source.id, p[0]) for p in pairs])
+                        ) if source is not None else {}
+        dst_keys = [keys.message_key(target.id, p[1]) for p in pairs]
+        dst_states = {k: state_of(r.get(STATE)) for k, r in table.rows(dst_keys, [STATE])}
+        published = decode_counter(self.boxes.rows.row(target.id, [VISIBLE]).get(VISIBLE))
+        top = max(p[1] for p in pairs)
+        for (src_uid, dst_uid, content, size, unseen), dst_key in zip(pairs, dst_keys,
+                                                                      strict=True):
+            dst_state = dst_states.get(dst_key)
+            if dst_state not in (None, ABANDONED) or (dst_state is None and
+                                                        dst_uid <= published):
+                continue  # written (and perhaps expunged since by a user, who uncounted it)
+            row = src_rows.get(keys.message_key(source.id, src_uid)) if source else None
+            if row is not None and state_of(row.get(STATE)) in (COMMITTED, MOVING):
+                modseq = self.boxes.rows.increment(target.id, MODSEQ, 1)
+                if dst_state == ABANDONED:
+                    dst_uid = self.boxes.rows.increment(target.id, UID, 1)
+                view = _view(keys.message_key(source.id, src_uid), row[STATE], row)
+                top = max(top, self._place(target, view, dst_uid, modseq))
+                continue
+            if dst_state is None:
+                table.check_and_put(dst_key, STATE, None, STATE, ABANDONED)
+            step = f"gave-up-{dst_uid}"
+            self.content.decref_once({bytes.fromhex(content): 1},
+                                     step_column(b"r", intent, step))
+            self.boxes.count_once(target.id, step_column(b"c", intent, step), messages=-1,
+                                  size=-size, unseen=-unseen)
+        self.messages.advance(target.id, top)
+        return {bytes.fromhex(p[2]) for p in pairs}
 
     def _place(self, target: Mailbox, view: MessageView, uid: int, modseq: int) -> int:
         """Write and commit one copy of ``view`` as ``uid`` (or a fresh UID if it was given up)."""
@@ -332,6 +386,8 @@ class Transfers:
             contents: set[bytes] = set()
             if source is not None and op["op"] == "flags":
                 self._recover_flags(source, key, op)
+            elif source is not None and op["op"] == "copy":
+                contents = self._recover_copy(source, key, op)
             elif source is not None:
                 uids = op["uids"] if op["op"] == "expunge" else [p[0] for p in op["pairs"]]
                 with self.changes.recording(mailbox_id, uids):
@@ -340,7 +396,8 @@ class Transfers:
                     elif op["op"] == "move":
                         rows.add(bytes.fromhex(op["target"]))
                         self._recover_move(source, key, op)
-            self._end(key, rows, contents)
+            self._end(key, rows, contents, [f"gave-up-{p[1]}" for p in op["pairs"]]
+                      if op["op"] == "copy" else ())
             done += 1
         return done
 

@@ -227,3 +227,37 @@ def test_append_cut_at_every_write_on_the_embedded_store(tmp_path):
         crash_everywhere(backend, lambda s: _fill(s, 1), append, _open_all)
     finally:
         backend.close()
+
+
+@pytest.mark.parametrize("count", [1, 4])
+def test_copy_cut_at_every_write_leaves_status_and_references_exact(backend, count):
+    """RFC 3501 6.4.7: COPY cut at every write; opening the target rolls it forward: each
+    copy written once, counted once, holding one reference to its content.  Before, a cut
+    after the copies were written and before the count left the target counting too few,
+    and one before them left references that no message held."""
+    def copy(store, user, uids):
+        store.copy(store.mailbox(user, "INBOX"), uids, store.mailbox(user, "Work"))
+    crash_everywhere(backend, lambda s: _fill(s, count), copy, _open_all)
+
+
+def test_copy_whose_source_was_expunged_before_the_roll_forward(backend):
+    """RFC 3501 6.4.7: a COPY cut before it wrote its copies, whose source messages are then
+    expunged by another session: the roll forward cannot write them and gives back what the
+    copy had taken (references and counts), once."""
+    clock = Clock()
+    store = _store(backend, clock)
+    user, uids = _fill(store, 2)
+
+    def first_copy_row(table, method, args):
+        return table == "JAMES_MESSAGES" and method in ("put", "put_then_check_and_put")
+    dying = _store(DyingBackend(backend, DieAt(first_copy_row)), clock)
+    with pytest.raises(Crash):
+        dying.copy(dying.mailbox(user, "INBOX"), uids, dying.mailbox(user, "Work"))
+    store = _store(backend, clock)
+    assert store.expunge(store.mailbox(user, "INBOX"), uids) == uids
+    clock.sleep(INTENT_TIMEOUT + 1)
+    store.mailbox(user, "Work")
+    clock.sleep(ABANDON_AFTER + 1)
+    store.mailbox(user, "Work")
+    assert store.mailbox(user, "Work").messages == 0
+    assert_exact(store, user, "given up")
