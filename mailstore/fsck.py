@@ -2,7 +2,9 @@
 
 What is checked (docs/decisions/0004-counters-and-fsck.md):
 
-* unfinished moves and expunges (intents): rolled forward;
+* unfinished moves, copies, expunges and flag changes (intents): rolled forward (the server
+  does so itself on the next open after ``intent_timeout``); marker cells of counting steps
+  whose intent is gone: removed by ``--repair``, as routine;
 * mailboxes left half-deleted, mailbox rows no index row reaches, stale index rows;
 * per mailbox: message, unseen and size counters against the rows; the UID counter against the
   highest UID; the watermark against UIDs left in flight; rows in odd states;
