@@ -208,6 +208,10 @@ class MailStore:
         self._delete_mailbox(mailbox)
 
     def _delete_mailbox(self, mailbox: Mailbox) -> None:
+        # Operations on it that died are finished first (a copy into it holds references
+        # its rows do not yet), while it is still live to them.
+        if self.transfers.pending(mailbox.id):
+            self.transfers.recover(mailbox.id)
         # Invisible first, then the messages, then the row: a crash leaves a 'deleting' row
         # that fsck finishes off, never messages without a mailbox.
         self.mailboxes.mark_deleting(mailbox)

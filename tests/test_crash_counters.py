@@ -261,3 +261,29 @@ def test_copy_whose_source_was_expunged_before_the_roll_forward(backend):
     store.mailbox(user, "Work")
     assert store.mailbox(user, "Work").messages == 0
     assert_exact(store, user, "given up")
+
+
+def test_markers_left_after_their_intent_are_inert_and_swept(backend):
+    """Decision 0004: a crash between deleting an intent and deleting its marker cells leaves
+    markers that name no intent; they change nothing, fsck does not count them as problems,
+    and --repair removes them."""
+    clock = Clock()
+    store = _store(backend, clock)
+    user, uids = _fill(store, 2)
+    gone = []
+
+    def after_intent_deleted(table, method, args):
+        if gone:
+            return True
+        if table == "JAMES_INTENTS" and method == "delete":
+            gone.append(True)
+        return False
+    dying = _store(DyingBackend(backend, DieAt(after_intent_deleted)), clock)
+    with pytest.raises(Crash):
+        dying.move(dying.mailbox(user, "INBOX"), uids, dying.mailbox(user, "Work"))
+    store = _store(backend, clock)
+    report = Fsck(store).run()
+    assert report.ok and report.checked["stale step markers"] == 2, report
+    assert Fsck(store, repair=True).run().ok
+    assert Fsck(store).run().checked["stale step markers"] == 0
+    assert_exact(store, user, "markers swept")
