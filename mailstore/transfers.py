@@ -235,9 +235,10 @@ class Transfers:
         source = self.boxes.load(bytes.fromhex(op["source"]))
         src_rows = dict(table.rows([keys.message_key(source.id, p[0]) for p in pairs])
                         ) if source is not None else {}
+        # The watermark before the target rows, as in a move's roll forward.
+        published = decode_counter(self.boxes.rows.row(target.id, [VISIBLE]).get(VISIBLE))
         dst_keys = [keys.message_key(target.id, p[1]) for p in pairs]
         dst_states = {k: state_of(r.get(STATE)) for k, r in table.rows(dst_keys, [STATE])}
-        published = decode_counter(self.boxes.rows.row(target.id, [VISIBLE]).get(VISIBLE))
         top = max(p[1] for p in pairs)
         for (src_uid, dst_uid, content, size, unseen), dst_key in zip(pairs, dst_keys,
                                                                       strict=True):
@@ -444,6 +445,9 @@ class Transfers:
             return
         target_step = step_column(b"c", intent, TARGET_STEP)
         target_counted = bool(self.boxes.steps_done(target.id, [target_step]))
+        # Read before the target rows: a target UID at or below it was settled (committed or
+        # abandoned) by then, so one without a row now was committed, shown, and removed since.
+        published = decode_counter(self.boxes.rows.row(target.id, [VISIBLE]).get(VISIBLE))
         dst_keys = [keys.message_key(target.id, d) for _, d in op["pairs"]]
         dst_states = {k: state_of(r.get(STATE)) for k, r in table.rows(dst_keys, [STATE])}
         if not target_counted:
@@ -458,9 +462,6 @@ class Transfers:
             self._count_target(target, intent, [_view(k, r[STATE], r)
                                                 for k, r in claimed_rows.items()])
         moved: list[tuple[MessageView, int]] = []
-        # Read before the target rows: a target UID at or below it was settled (committed or
-        # abandoned) by then, so one without a row now was committed, shown, and removed since.
-        published = decode_counter(self.boxes.rows.row(target.id, [VISIBLE]).get(VISIBLE))
         for src_key, dst_key, (_src_uid, dst_uid) in zip(src_keys, dst_keys, op["pairs"],
                                                          strict=True):
             dst_state = dst_states.get(dst_key)
