@@ -41,7 +41,7 @@ from .mailboxes import (
     step_intent,
 )
 from .messages import BODY, ENVELOPE, FLAGS, HEADER, STATE
-from .records import ABANDONED, COMMITTED, MOVING, Flags, MessageRecord, state_of, with_state
+from .records import ABANDONED, COMMITTED, MOVING, Flags, MessageRecord, state_of, unclaimed
 from .records import DELETING as DELETING_STATE
 from .schema import CHANGES, IMPORTS
 from .store import MailStore, purge_mailbox_messages
@@ -153,7 +153,7 @@ class Fsck:
             state = state_of(raw)
             if state == MOVING and not store.transfers.pending(mailbox.id):
                 if self.repair:
-                    table.check_and_put(key, STATE, raw, STATE, with_state(raw, COMMITTED))
+                    table.check_and_put(key, STATE, raw, STATE, unclaimed(raw))
                 self.report.add("message", f"{where} uid {uid}", "claimed by a move that "
                                 "no longer exists", self.repair)
                 state = COMMITTED

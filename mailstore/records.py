@@ -70,6 +70,33 @@ def with_state(raw: bytes, state: bytes) -> bytes:
     return state + raw[1:]
 
 
+_RECORD_END = 2 + _LAYOUT.size
+
+
+def claimed_by(raw: bytes, state: bytes, owner: bytes) -> bytes:
+    """The commit record claimed (``M`` or ``D``) by the intent ``owner`` (its 16-byte id),
+    which follows the record: a roll forward then takes only the rows its own intent claimed,
+    never those a later operation claimed after it died (decision 0003).  Records of the
+    first, JSON, layout carry no owner."""
+    if raw[1:2] != _VERSION:
+        return with_state(raw, state)
+    return state + raw[1:_RECORD_END] + owner
+
+
+def owner_of(raw: bytes) -> bytes | None:
+    """The intent id a claimed record names, or None (a claim from before owners existed)."""
+    if raw[1:2] != _VERSION:
+        return None
+    return raw[_RECORD_END:] or None
+
+
+def unclaimed(raw: bytes) -> bytes:
+    """A claimed record back to committed, without its owner."""
+    if raw[1:2] != _VERSION:
+        return with_state(raw, COMMITTED)
+    return COMMITTED + raw[1:_RECORD_END]
+
+
 _NAMES: dict[bytes, frozenset[str]] = {}
 
 

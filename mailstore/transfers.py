@@ -31,6 +31,7 @@ from . import keys
 from .backends.base import Backend, Mutation, decode_counter, encode_counter
 from .changelog import ChangeLog
 from .content import INFO, ContentStore
+from .keys import UUID_LEN
 from .mailboxes import MODSEQ, UID, VISIBLE, Mailbox, Mailboxes, step_column
 from .messages import (
     BODY,
@@ -49,8 +50,10 @@ from .records import (
     MOVING,
     Flags,
     MessageRecord,
+    claimed_by,
+    owner_of,
     state_of,
-    with_state,
+    unclaimed,
 )
 from .schema import INTENTS
 from .users import Users
@@ -120,7 +123,7 @@ class Transfers:
         with self.changes.recording(mailbox.id, [v.uid for v in views]):
             claimed = [v for v in views if self.messages.table.check_and_put(
                 keys.message_key(mailbox.id, v.uid), STATE, v.state_raw,
-                STATE, with_state(v.state_raw, DELETING))]
+                STATE, claimed_by(v.state_raw, DELETING, intent[UUID_LEN:]))]
             self._remove(mailbox, intent, claimed)
         self._end(intent, [mailbox.id], [v.record.content for v in claimed])
         return [v.uid for v in claimed]
@@ -315,7 +318,7 @@ class Transfers:
         claimed, given_up = [], []
         for view, (_, uid) in zip(views, planned, strict=True):
             key = keys.message_key(source.id, view.uid)
-            state = with_state(view.state_raw, MOVING)
+            state = claimed_by(view.state_raw, MOVING, intent[UUID_LEN:])
             if self.messages.table.check_and_put(key, STATE, view.state_raw, STATE, state):
                 view.state_raw = state
                 claimed.append((view, uid))
@@ -412,11 +415,11 @@ class Transfers:
             raw = row.get(STATE)
             # Claim the rest of the set only while it is not counted yet: once it is, the
             # owner had claimed all it could, and what it counted is exactly the D rows.
-            if not counted and state_of(raw) == COMMITTED and \
-                    self.messages.table.check_and_put(key, STATE, raw, STATE,
-                                                      with_state(raw, DELETING)):
-                raw = with_state(raw, DELETING)
-            if state_of(raw) == DELETING:
+            if not counted and state_of(raw) == COMMITTED:
+                claim = claimed_by(raw, DELETING, intent[UUID_LEN:])
+                if self.messages.table.check_and_put(key, STATE, raw, STATE, claim):
+                    raw = claim
+            if _ours(raw, DELETING, intent):
                 claimed.append(_view(key, raw, row))
         self._remove(mailbox, intent, claimed, counted=counted)
         return {v.record.content for v in claimed}
@@ -428,7 +431,7 @@ class Transfers:
         sources_counted = bool(self.boxes.steps_done(source.id, [source_step]))
         src_keys = [keys.message_key(source.id, s) for s, _ in op["pairs"]]
         found = dict(table.rows(src_keys))
-        claimed_rows = {k: r for k, r in found.items() if state_of(r.get(STATE)) == MOVING}
+        claimed_rows = {k: r for k, r in found.items() if _ours(r.get(STATE), MOVING, intent)}
         if target is None or sources_counted:
             # The target was deleted after the crash: the move cannot finish, so it is undone
             # (claimed messages go back to committed in the source, none is lost).  Or the
@@ -440,8 +443,7 @@ class Transfers:
                                      counted=True)
             else:
                 for key, row in claimed_rows.items():
-                    table.check_and_put(key, STATE, row[STATE], STATE,
-                                        with_state(row[STATE], COMMITTED))
+                    table.check_and_put(key, STATE, row[STATE], STATE, unclaimed(row[STATE]))
             return
         target_step = step_column(b"c", intent, TARGET_STEP)
         target_counted = bool(self.boxes.steps_done(target.id, [target_step]))
@@ -455,9 +457,10 @@ class Transfers:
             # the rest of the set, then count what is claimed.
             for key in src_keys:
                 raw = found.get(key, {}).get(STATE)
+                claim = claimed_by(raw, MOVING, intent[UUID_LEN:]) if raw else b""
                 if state_of(raw) == COMMITTED and table.check_and_put(
-                        key, STATE, raw, STATE, with_state(raw, MOVING)):
-                    found[key][STATE] = with_state(raw, MOVING)
+                        key, STATE, raw, STATE, claim):
+                    found[key][STATE] = claim
                     claimed_rows[key] = found[key]
             self._count_target(target, intent, [_view(k, r[STATE], r)
                                                 for k, r in claimed_rows.items()])
@@ -476,8 +479,7 @@ class Transfers:
                 # it again would bring back an expunged UID below UIDNEXT, which a syncing
                 # client never looks at again (RFC 3501 2.3.1.1): keep the source copy instead.
                 # The target counted it, and its removal uncounted it there.
-                table.check_and_put(src_key, STATE, row[STATE], STATE,
-                                    with_state(row[STATE], COMMITTED))
+                table.check_and_put(src_key, STATE, row[STATE], STATE, unclaimed(row[STATE]))
                 continue
             view = _view(src_key, row[STATE], row)
             if dst_state in (COMMITTED, MOVING):
@@ -490,6 +492,12 @@ class Transfers:
         top = max((uid for _, uid in moved), default=0)
         self.messages.advance(target.id, max(top, *(d for _, d in op["pairs"])))
         self._delete_sources(source, intent, [v for v, _ in moved])
+
+
+def _ours(raw: bytes | None, state: bytes, intent: bytes) -> bool:
+    """Whether a commit record is in ``state`` claimed by this intent (or by a claim that
+    names no intent, from before claims did)."""
+    return state_of(raw) == state and owner_of(raw) in (None, intent[UUID_LEN:])
 
 
 def _flags_op(flips: dict[int, tuple[Flags, int]]) -> dict:

@@ -318,3 +318,48 @@ def test_import_cut_at_every_write_then_rerun_on_the_embedded_store(tmp_path):
         crash_everywhere(backend, lambda s: _fill(s, 0), run_import, rerun)
     finally:
         backend.close()
+
+
+@pytest.mark.parametrize("op", ["move", "expunge"])
+def test_a_roll_forward_takes_only_what_its_own_intent_claimed(backend, op):
+    """Decision 0003: a MOVE (RFC 6851) or EXPUNGE (RFC 3501 6.4.3) killed right after writing
+    its intent; a client retries it in another session, which claims the set; the first one's
+    roll forward runs (another session opened the mailbox) while the retry is still working.
+    The roll forward must leave the retry's messages to it: taking them too moved each message
+    twice (or uncounted it twice)."""
+    clock = Clock()
+    store = _store(backend, clock)
+    user, uids = _fill(store, 2)
+
+    def run(live_store):
+        inbox = live_store.mailbox(user, "INBOX", recover=False)
+        if op == "move":
+            live_store.move(inbox, uids, live_store.mailbox(user, "Work", recover=False))
+        else:
+            live_store.expunge(inbox, uids)
+    dying = _store(DyingBackend(backend, DieAt(lambda table, method, args: (
+        table == "JAMES_MESSAGES" and method == "check_and_put"))), clock)
+    with pytest.raises(Crash):
+        run(dying)                     # dies after its intent, before its claims
+    clock.sleep(INTENT_TIMEOUT - 1)    # the first intent is 29 s old
+    claims = []
+
+    def after_claims(table, method, args):
+        if table == "JAMES_MESSAGES" and method == "check_and_put":
+            claims.append(True)
+        elif len(claims) == len(uids) and len(claims) < 99:
+            claims.extend([True] * 99)   # once, right after the retry's claims:
+            clock.sleep(2)               # the first intent is past its timeout now
+            other = _store(backend, clock)
+            other.mailbox(user, "INBOX")   # another session's open rolls it forward
+        return False
+    run(_store(DyingBackend(backend, DieAt(after_claims)), clock))
+    clock.sleep(INTENT_TIMEOUT + ABANDON_AFTER + 2)
+    store = _store(backend, clock)
+    _open_all(store, user)
+    clock.sleep(ABANDON_AFTER + 1)
+    _open_all(store, user)
+    expected = (0, 2) if op == "move" else (0, 0)
+    assert tuple(len(store.uids(store.mailbox(user, n))) for n in ("INBOX", "Work")) == \
+        expected
+    assert_exact(store, user, op)
