@@ -4,8 +4,9 @@
 first byte is the row's state:
 
 * ``C`` + record: committed and visible.
-* ``M`` + record: committed, visible, and claimed by a move in progress (see docs/decisions).
-* ``D`` + record: being expunged; invisible.
+* ``M`` + record + intent id: committed, visible, and claimed by a move in progress (see
+  docs/decisions/0003; the 16-byte id of the intent that claimed it follows the record).
+* ``D`` + record + intent id: being expunged; invisible.
 * ``X``: the UID was abandoned by a writer that stalled or crashed; invisible forever.
 
 The record after the state byte is a version byte (1) and fixed-size little-endian fields

@@ -64,7 +64,8 @@ MESSAGES = TableDef(
     families={
         "m": "metadata, written once: s (commit record: state byte + packed uid, size, date, "
              "MODSEQ, content id; written last by check-and-put; b'X' marks an abandoned UID, "
-             "b'D' a message being expunged), "
+             "b'D' a message being expunged; an M or D record is followed by the 16-byte id of "
+             "the intent that claimed it), "
              "env (ENVELOPE), bs (BODYSTRUCTURE), hdr (raw header block)",
         "f": "flags, changed by check-and-put on one cell: v = 8-byte MODSEQ + flag names",
     },
