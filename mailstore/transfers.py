@@ -1,22 +1,28 @@
-"""Expunge, copy and move of sets of messages, with intent records for crash recovery.
+"""Expunge, copy and move of sets of messages, and the \\Seen accounting of flag changes, with
+intent records for crash recovery.
 
 HBase changes one row atomically, never several, so an operation on a set of messages is made
 atomic *as the user sees it* by an intent record (docs/decisions/0003-move-and-expunge.md):
 
 * **expunge**: write the intent; claim each message by check-and-put of its commit record from
-  ``C`` to ``D`` (a ``D`` row is invisible at once); delete the rows; fix counters; drop content
-  references; delete the intent.
+  ``C`` to ``D`` (a ``D`` row is invisible at once); uncount them; drop their content
+  references; delete the rows; delete the intent.
 * **move**: write the intent (source UIDs and the target UIDs allocated for them); claim each
-  source message ``C`` -> ``M`` (still visible, but no one else may expunge or move it); write and
-  commit the target rows; publish them; delete the source rows; delete the intent.  The content
-  reference passes from the source row to the target row, so reference counts do not change.
-* **copy**: takes a new content reference per message first (refused if the content is being
-  freed), then writes and commits the target rows.  No intent: a crash leaves at worst a
-  reference too many, which fsck repairs; it never leaves a message half-copied.
+  source message ``C`` -> ``M`` (still visible, but no one else may expunge or move it); count
+  them in the target; write and commit the target rows; publish them; uncount and delete the
+  source rows; delete the intent.  The content reference passes from the source row to the
+  target row, so reference counts do not change.
+* **copy**: write the intent (keyed by the target); take the content references and count the
+  target; write and commit the target rows; publish them; delete the intent.
+* **flag changes** that flip ``\\Seen``: write the intent (the writes); make them; count them.
 
-Recovery rolls an intent *forward* to the end state.  It runs for intents older than
-``intent_timeout`` (so never against an operation still in progress) when a mailbox is opened,
-and from ``mailadmin fsck --repair``.
+A claim names the intent that made it.  Counters and references change in *steps*, each with a
+marker cell in the row it counts in, changed in the same call (docs/decisions/0004): a step is
+never applied twice.  Recovery rolls an intent *forward* to the end state, step by step,
+skipping what its markers say is done.  It runs for intents older than ``intent_timeout`` (so
+never against an operation still in progress) when the mailbox the intent is keyed by is
+opened, and from ``mailadmin fsck --repair``; a lease on the intent keeps two sessions from
+rolling it forward at once.
 """
 
 from __future__ import annotations
