@@ -19,6 +19,19 @@ on Dovecot.  The measures:
   connection before each SELECT (what an INBOX usually looks like).  Then SEARCH for flags
   (UNSEEN, 10% match), a header (SUBJECT, 1%) and body text (BODY, 0.1%): first run, and the
   median of the next ones.
+* QRESYNC (RFC 7162) on the big INBOX: a client that last saw it (ENABLE QRESYNC, SELECT:
+  its UIDVALIDITY and HIGHESTMODSEQ) comes back after another connection made 100 flag changes
+  and 10 expunges, with ``SELECT INBOX (QRESYNC (uidvalidity modseq 1:n))`` on a fresh
+  connection (LOGIN and ENABLE not timed): median over ``--reps``; against what a client
+  with CONDSTORE only does (SELECT, ``UID FETCH 1:* (FLAGS) (CHANGEDSINCE m)``), and one
+  with neither (SELECT, ``FETCH 1:* (FLAGS)``).  ``--only qresync`` runs only
+  this measure (after filling).
+* SORT and THREAD on the same INBOX (issue 12): ``UID SORT (REVERSE DATE) UTF-8 ALL`` and
+  ``UID THREAD REFERENCES UTF-8 ALL``, the first run in the server process ("cold": ours reads
+  the stored sort keys, Dovecot builds its sort and thread indexes) and the median of the next
+  ones ("warm"), then the median of runs each after one new message was appended by another
+  connection (what a live INBOX sees).  ``--sort-only`` fills just that INBOX and runs just
+  this measure.
 * A 50 MB message APPENDed, then FETCHed (``BODY.PEEK[]``) by a fast reader and by one reading
   10 MB/s: the growth of the serving process's RSS over its value just before the command,
   sampled every 5 ms and checked against VmHWM (reset first through /proc/<pid>/clear_refs).
@@ -190,6 +203,120 @@ def measure_big(server, user: str, reps: int, search_reps: int) -> dict:
     out.update(changed_select_ms=ms(statistics.median(selects)),
                changed_select_fetch_ms=ms(statistics.median(both)))
     return out
+
+
+def measure_qresync(server, user: str, reps: int) -> dict:
+    """QRESYNC SELECT after 100 flag changes and 10 expunges made elsewhere, against a plain
+    SELECT + FETCH 1:* (FLAGS) (see the module docstring)."""
+    c = Conn(server.port)
+    c.login(user, PASSWORD)
+    c.command(b"ENABLE QRESYNC")
+    _tagged, untagged = c.command(b"SELECT INBOX")
+    text = b"\n".join(untagged)
+    uidvalidity = int(re.search(rb"UIDVALIDITY (\d+)", text).group(1))
+    highest = int(re.search(rb"HIGHESTMODSEQ (\d+)", text).group(1))
+    _tagged, untagged = c.command(b"UID SEARCH ALL")
+    uids = [int(u) for u in untagged[-1].split()[2:]]
+    c.command(b"LOGOUT")
+    c.close()
+    other = Conn(server.port)
+    other.login(user, PASSWORD)
+    other.command(b"SELECT INBOX")
+    step = max(1, len(uids) // 120)
+    picked = uids[::step][:110]
+    for uid in picked[:100]:
+        other.command(b"UID STORE %d +FLAGS.SILENT (\\Flagged)" % uid)
+    for uid in picked[100:]:
+        other.command(b"UID STORE %d +FLAGS.SILENT (\\Deleted)" % uid)
+        other.command(b"UID EXPUNGE %d" % uid)
+    other.command(b"LOGOUT")
+    other.close()
+    resync, full, changed, counts = [], [], [], None
+    for _ in range(reps):
+        c = Conn(server.port)
+        c.login(user, PASSWORD)
+        c.command(b"ENABLE QRESYNC")
+        t0 = time.perf_counter()
+        _tagged, untagged = c.command(b"SELECT INBOX (QRESYNC (%d %d 1:%d))"
+                                      % (uidvalidity, highest, uids[-1]))
+        resync.append(time.perf_counter() - t0)
+        counts = (sum(1 for u in untagged if b" FETCH " in u),
+                  next((u for u in untagged if u.startswith(b"* VANISHED")), b"")[:80])
+        c.command(b"LOGOUT")
+        c.close()
+        c = Conn(server.port)
+        c.login(user, PASSWORD)
+        t0 = time.perf_counter()
+        c.command(b"SELECT INBOX")
+        c.command(b"FETCH 1:* (FLAGS)", keep=False)
+        full.append(time.perf_counter() - t0)
+        c.command(b"LOGOUT")
+        c.close()
+        c = Conn(server.port)
+        c.login(user, PASSWORD)
+        t0 = time.perf_counter()
+        c.command(b"SELECT INBOX")
+        c.command(b"UID FETCH 1:* (FLAGS) (CHANGEDSINCE %d)" % highest, keep=False)
+        changed.append(time.perf_counter() - t0)
+        c.command(b"LOGOUT")
+        c.close()
+    return {"resync_ms": ms(statistics.median(resync)), "full_ms": ms(statistics.median(full)),
+            "changedsince_ms": ms(statistics.median(changed)),
+            "fetched": counts[0], "vanished": counts[1].decode(errors="replace")}
+SORTS = [("UID SORT (REVERSE DATE) UTF-8 ALL", b"* SORT"),
+         ("UID THREAD REFERENCES UTF-8 ALL", b"* THREAD")]
+
+
+def measure_sort(server, user: str, reps: int) -> dict:
+    """Each of :data:`SORTS` on the big INBOX: the first run in the server process and the
+    median of ``reps`` more, on one connection."""
+    out: dict = {}
+    c = Conn(server.port)
+    c.login(user, PASSWORD)
+    c.command(b"SELECT INBOX")
+    for query, prefix in SORTS:
+        times, size = [], 0
+        for _ in range(1 + reps):
+            t0 = time.perf_counter()
+            tagged, untagged = c.command(query.encode())
+            times.append(time.perf_counter() - t0)
+            if b" OK" not in tagged:
+                raise RuntimeError(f"{server.name}: {query}: {tagged!r}")
+            size = sum(len(u) for u in untagged if u.startswith(prefix))
+        out[query] = {"cold_ms": ms(times[0]), "warm_ms": ms(statistics.median(times[1:])),
+                      "octets": size}
+    # What a live INBOX sees: one new message (from another connection) before each run, so
+    # no answer kept from the previous run is current.
+    side = Conn(server.port)
+    side.login(user, PASSWORD)
+    news = message(99_998, 1500)
+    for query, _prefix in SORTS:
+        times = []
+        for _ in range(max(3, reps)):
+            side.command(b"APPEND INBOX (\\Seen)", news)
+            c.command(b"NOOP")
+            t0 = time.perf_counter()
+            c.command(query.encode())
+            times.append(time.perf_counter() - t0)
+        out[query]["changed_ms"] = ms(statistics.median(times))
+    side.command(b"LOGOUT")
+    side.close()
+    c.command(b"LOGOUT")
+    c.close()
+    return out
+
+
+def sort_rows(r: dict, row, f_ms) -> None:
+    o, d = r["ours"]["sort"], r["dovecot"]["sort"]
+    for query, _prefix in SORTS:
+        a, b = o[query], d[query]
+        same = "" if a["octets"] == b["octets"] else \
+            f" (answer {a['octets']:,} octets, Dovecot {b['octets']:,})"
+        row(f"{query}, warm{same}", a["warm_ms"], b["warm_ms"], f_ms, "<= 1.0 x",
+            a["warm_ms"] <= b["warm_ms"])
+        row("... after one new message (nothing kept from the previous run is current)",
+            a["changed_ms"], b["changed_ms"], f_ms)
+        row("... cold (first in the server process)", a["cold_ms"], b["cold_ms"], f_ms)
 
 
 def select_and_fetch_newest(server, user: str) -> tuple[float, float]:
@@ -408,6 +535,10 @@ def table(r: dict, args) -> str:
                                           f" (Dovecot {sb['hits']:,})")
         row(f"SEARCH {name} ({hits}), warm", sa["warm_ms"], sb["warm_ms"], f_ms)
         row("... first run", sa["first_ms"], sb["first_ms"], f_ms)
+    if "qresync" in o:
+        qresync_rows(row, o["qresync"], d["qresync"], f_ms)
+    if "sort" in o:
+        sort_rows(r, row, f_ms)
     a, b = o["big_message"], d["big_message"]
     row("APPEND 50 MB: time", a["append_s"], b["append_s"], f_s)
     row("... RSS growth", a["append_growth_kib"], b["append_growth_kib"], f_mib)
@@ -452,6 +583,27 @@ def table(r: dict, args) -> str:
     head = ["| measure | ours | Dovecot | ratio (ours / Dovecot) | target |",
             "|---|---|---|---|---|"]
     return "\n".join(head + rows)
+
+
+def qresync_rows(row, a: dict, b: dict, f_ms) -> None:
+    row(f"QRESYNC SELECT after 100 flag changes and 10 expunges elsewhere ({a['fetched']} "
+        "FETCH + VANISHED)", a["resync_ms"], b["resync_ms"], f_ms, "<= 10 ms",
+        a["resync_ms"] <= 10)
+    row("... CONDSTORE only: SELECT + UID FETCH 1:* (FLAGS) (CHANGEDSINCE m)",
+        a["changedsince_ms"], b["changedsince_ms"], f_ms)
+    row("... neither: SELECT + FETCH 1:* (FLAGS)", a["full_ms"], b["full_ms"], f_ms)
+
+
+def qresync_table(r: dict) -> str:
+    rows: list[str] = []
+
+    def row(name, a, b, fmt, target="", met=None):
+        verdict = "" if met is None else (" (met)" if met else " (missed)")
+        rows.append(f"| {name} | {fmt(a)} | {fmt(b)} | {ratio(a, b)} | {target}{verdict} |")
+    qresync_rows(row, r["ours"]["qresync"], r["dovecot"]["qresync"],
+                 lambda v: f"{v:,.1f} ms")
+    return "\n".join(["| measure | ours | Dovecot | ratio (ours / Dovecot) | target |",
+                      "|---|---|---|---|---|", *rows])
 
 
 def kinds_table(r: dict) -> str:
@@ -500,6 +652,9 @@ def parse_args() -> argparse.Namespace:
     ap.add_argument("--big-mb", type=int, default=50, help="size of the big message, MB")
     ap.add_argument("--profile", action="store_true", help="py-spy our server (perturbs it)")
     ap.add_argument("--json", help="also write every figure to this file")
+    ap.add_argument("--only", choices=["qresync"], help="run only this measure")
+    ap.add_argument("--sort-only", action="store_true",
+                    help="only the big INBOX and its SORT/THREAD measure")
     args = ap.parse_args()
     full = dict(messages=100_000, clients=200, mailbox=100, idle=1000, duration=30.0,
                 warmup=5.0, appends=200, reps=10)
@@ -523,6 +678,8 @@ def main() -> None:
     appenders = [f"append{i}" for i in range(args.append_clients)]
     small = [message(i, 4096) for i in range(args.mailbox)]
     corpus = [message(i, 1500) for i in range(1000)]
+    if args.sort_only:
+        users, appenders = [], []
     mail = Mail({**{u: Mailbox(args.mailbox, small) for u in users},
                  **{u: Mailbox() for u in appenders},
                  "big": Mailbox(args.messages, corpus, unseen_every=10), "huge": Mailbox()})
@@ -553,6 +710,21 @@ def main() -> None:
                 log(f"{name} on {server.name}: {time.perf_counter() - t:.1f} s "
                     f"{json.dumps(results[server.name][name], default=str)[:600]}")
 
+        if args.sort_only:
+            each("sort", measure_sort, "big", args.reps)
+            rows: list[str] = []
+            sort_rows(results, lambda name, a, b, fmt, target="", met=None: rows.append(
+                f"| {name} | {fmt(a)} | {fmt(b)} | {ratio(a, b)} | {target}"
+                f"{'' if met is None else (' (met)' if met else ' (missed)')} |"),
+                lambda v: f"{v:,.1f} ms")
+            print(f"\n{args.messages:,}-message INBOX, {args.reps} warm runs\n")
+            print("| measure | ours | Dovecot | ratio (ours / Dovecot) | target |\n"
+                  "|---|---|---|---|---|\n" + "\n".join(rows))
+            ours.stop()
+            dovecot.stop()
+            shutil.rmtree(work, ignore_errors=True)
+            shutil.rmtree(dovecot.dir, ignore_errors=True)
+            return
         each("append", measure_append, appenders[0], args.appends)
         each("append_load", measure_append_load, appenders, max(10, args.appends // 4))
         if args.profile:
@@ -561,7 +733,13 @@ def main() -> None:
             measure_big(ours, "big", args.reps, 1)
             prof.stop()
             profiles["SELECT + FETCH + SEARCH on the big INBOX"] = prof
+        if args.only == "qresync":
+            each("qresync", measure_qresync, "big", max(5, args.reps))
+            print(qresync_table(results))
+            raise SystemExit(0)  # through the cleanup below
         each("big", measure_big, "big", args.reps, 2)
+        each("qresync", measure_qresync, "big", max(5, args.reps))
+        each("sort", measure_sort, "big", args.reps)
         each("big_message", measure_big_message, "huge", args.big_mb * 1000 * 1000, 10e6)
         for server in servers:
             prof = Profiler(ours.pid, os.path.join(work, "mixed.txt")) \

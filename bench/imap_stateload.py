@@ -377,6 +377,7 @@ def main() -> int:
     ap.add_argument("--users", type=int, default=5)
     ap.add_argument("--servers", default="ours", help="comma list of: ours, dovecot")
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--workers", default="1", help="our server's --workers (auto, 1, 2, ...)")
     args = ap.parse_args()
     users = [f"load{i}" for i in range(args.users)]
     failures = 0
@@ -389,7 +390,8 @@ def main() -> int:
                 for user in users:
                     store.create_user(user, PASSWORD)
                 store.close()
-                server = OurServer(data, os.path.join(work, "server.log")).start()
+                server = OurServer(data, os.path.join(work, "server.log"),
+                                   workers=args.workers).start()
             else:
                 server = Dovecot(users).start()
             try:
@@ -397,6 +399,8 @@ def main() -> int:
                 shared = asyncio.run(run_load(server.port, users, args.clients, args.seconds,
                                               args.seed))
                 elapsed = time.monotonic() - started
+                if name == "ours":
+                    print(f"ours: --workers {args.workers}, server CPU {server.cpu():.1f} s")
             finally:
                 log_text = server.log()
                 server.stop()

@@ -14,14 +14,23 @@ Each listener prints one line ``<name> listening on <host>:<port>`` once it is b
 0 disables a listener (as in the config file); ``auto`` on the command line binds a port the kernel
 chooses, and the printed line is how scripts and tests learn it.  (Picking a free port in the test
 and passing its number would race with any other process binding ports in between.)
+
+With ``[server] workers`` (``--workers``) above 1 -- ``auto``, the default, is one per core --
+this process becomes the supervisor of that many workers (imapserver.workers): it checks and
+binds everything, prints the lines above, then runs this same ``main`` in each worker, which
+finds ``IMAPSERVER_WORKER`` in its environment and serves the inherited sockets instead of
+binding its own.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import signal
+import socket
 import sys
+import threading
 
 from mailstore import config as configmod
 from mailstore.backends import open_backend
@@ -45,7 +54,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--lmtp-port", type=port_arg, help="LMTP (0 disables, auto: any free port)")
     p.add_argument("--metrics-port", type=port_arg, help="Prometheus metrics on loopback "
                    "(0 disables, auto: any free port)")
+    p.add_argument("--workers", type=workers_arg, help="worker processes: auto (one per "
+                   "core) or a number; 1 runs a single process without a supervisor")
     return p
+
+
+def workers_arg(text: str) -> int | str:
+    """``auto`` or a number of worker processes, at least 1."""
+    if text == "auto":
+        return text
+    count = int(text)
+    if count < 1:
+        raise ValueError(text)
+    return count
 
 
 def port_arg(text: str) -> int | str:
@@ -66,6 +87,7 @@ def load_config(args: argparse.Namespace) -> configmod.Config:
         "delivery": {"smtp_port": args.smtp_port, "lmtp_port": args.lmtp_port,
                      "host": args.host},
         "metrics": {"port": args.metrics_port},
+        "server": {"workers": args.workers},
     }
     return configmod.load(args.config, overrides)
 
@@ -91,7 +113,11 @@ class _MetricsService:
 
 
 def main(argv: list[str] | None = None) -> int:
+    if argv is None:
+        argv = sys.argv[1:]
     args = build_parser().parse_args(argv)
+    from .workers import supervise, worker_count, worker_spec
+    spec = worker_spec()
     from .memory import pin_malloc_threshold
     pin_malloc_threshold()
     try:
@@ -104,8 +130,19 @@ def main(argv: list[str] | None = None) -> int:
         print(f"imapserver: cannot open the store: {exc}", file=sys.stderr)
         return 1
 
-    from .observe import start_logging, start_metrics
+    from . import observe
+    from .observe import reopen_log, serve_metrics, start_logging, start_metrics
+    if spec is not None:
+        observe.WORKER = spec["index"]
     start_logging(cfg)
+    workers = worker_count(cfg["server"]["workers"])
+    if spec is None and workers > 1:
+        # The parent only checked that the store opens: the workers use it, each its own.
+        store.close()
+        return supervise(cfg, argv, workers, announce)
+    if spec is not None:
+        from . import services as services_module
+        services_module.INHERITED = dict(spec["listeners"])
     loop = asyncio.new_event_loop()
     asyncio.set_event_loop(loop)
     from twisted.internet import asyncioreactor
@@ -118,10 +155,21 @@ def main(argv: list[str] | None = None) -> int:
 
     def started() -> None:
         try:
-            metrics = start_metrics(cfg, announce)
+            if spec is None:
+                metrics = start_metrics(cfg, announce)
+            elif spec["metrics"] is not None:
+                from .observe import prepare_registry
+                prepare_registry()
+                metrics = serve_metrics(socket.socket(fileno=spec["metrics"]))
+            else:
+                metrics = None
             if metrics is not None:
                 services.append(_MetricsService(metrics))
-            services.extend(start_services(store, cfg, reactor, loop, announce))
+            # A worker's listeners were announced by its supervisor, which bound them.
+            services.extend(start_services(store, cfg, reactor, loop,
+                                           announce if spec is None else _quiet))
+            if spec is not None:
+                _tell_ready(spec, shutdown)
         except Exception as exc:  # a port in use, a bad certificate, ...
             print(f"imapserver: cannot start: {exc}", file=sys.stderr, flush=True)
             started.failed = True  # type: ignore[attr-defined]
@@ -141,17 +189,40 @@ def main(argv: list[str] | None = None) -> int:
         d = stop_services(services, reactor, loop)
         d.addBoth(lambda _: _stop_reactor(reactor))
 
+    def reopen(*_args) -> None:
+        reactor.callFromThread(reopen_log)
+
     reactor.callWhenRunning(started)
     signal.signal(signal.SIGTERM, shutdown)
     signal.signal(signal.SIGINT, shutdown)
+    signal.signal(signal.SIGHUP, reopen)
     try:
         reactor.run(installSignalHandlers=False)
     finally:
         # From here on the reactor cannot act on a signal: let SIGTERM end the process.
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
         signal.signal(signal.SIGINT, signal.SIG_DFL)
+        signal.signal(signal.SIGHUP, signal.SIG_DFL)
     store.close()
     return 1 if started.failed else 0  # type: ignore[attr-defined]
+
+
+def _quiet(name: str, host: str, port: int) -> None:
+    """A worker's ``announce``: its supervisor already said where each listener is."""
+
+
+def _tell_ready(spec: dict, shutdown) -> None:
+    """A worker tells its supervisor it serves, and stops gracefully when the supervisor is
+    gone (end-of-file on the pipe it holds open): no worker serves on unsupervised."""
+    os.write(spec["ready"], b"ready\n")
+    os.close(spec["ready"])
+
+    def watch(fd: int = spec["parent"]) -> None:
+        while os.read(fd, 64):
+            pass
+        shutdown()
+
+    threading.Thread(target=watch, name="supervisor-watch", daemon=True).start()
 
 
 def _stop_reactor(reactor) -> None:

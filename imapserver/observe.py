@@ -80,13 +80,15 @@ STORE_OPERATIONS = (
     "authenticate", "open_mailbox", "refresh", "list_mailboxes", "mailbox_status",
     "create_mailbox", "delete_mailbox", "rename_mailbox", "subscribe", "unsubscribe",
     "append", "fetch", "read_content", "search", "store_flags", "expunge", "copy", "move",
-    "resolve_recipient", "deliver", "other")
+    "replace", "resolve_recipient", "deliver", "quota", "other")
 """The values of the ``operation`` label: what a store call does, not the function that
 does it ("other" is a call nobody named yet: a bug to report)."""
 
 _KNOWN_COMMANDS: set[str] = set()
-UID_COMMANDS = ("COPY", "EXPUNGE", "FETCH", "MOVE", "SEARCH", "STORE")
-"""UID's sub-commands (RFC 3501 6.4.8, RFC 4315, RFC 6851): labelled "UID FETCH", ..."""
+UID_COMMANDS = ("COPY", "EXPUNGE", "FETCH", "MOVE", "REPLACE", "SEARCH", "SORT", "STORE",
+                "THREAD")
+"""UID's sub-commands (RFC 3501 6.4.8, RFC 4315, RFC 6851, RFC 5256): labelled "UID FETCH",
+..."""
 
 class Logger:
     """Emits named events with fields for one ``component`` (``imap``, ``lmtp``, ...).
@@ -199,6 +201,10 @@ def _component(logger_name: str) -> str:
     return "aiosmtpd" if logger_name == "mail.log" else logger_name
 
 
+WORKER: int | None = None
+"""In a worker process (imapserver.workers): its number, added to every line as ``worker``."""
+
+
 def log_record(event: dict) -> dict:
     """The fields of one line for a twisted.logger ``event``: ``ts``, ``level``,
     ``component``, ``event``, then the event's own fields.
@@ -222,6 +228,8 @@ def log_record(event: dict) -> dict:
     else:
         record["event"] = "message"
         record["message"] = (formatEvent(event) or "").strip()
+    if WORKER is not None:
+        record["worker"] = WORKER
     failure = event.get("log_failure")
     if failure is not None:
         record["error"] = f"{failure.type.__name__}: {failure.getErrorMessage()}"
@@ -290,6 +298,10 @@ class LineObserver:
             self.stream.flush()
 
 
+_LOG_FILE: list = []
+"""(path, LineObserver) of the log file being written, for reopen_log()."""
+
+
 def start_logging(cfg, stream=None) -> None:
     """Begin logging as ``[log]`` says; call once, before the reactor runs."""
     section = cfg["log"]
@@ -297,6 +309,8 @@ def start_logging(cfg, stream=None) -> None:
         stream = sys.stderr if section["file"] == "-" else open(  # noqa: SIM115
             section["file"], "a", encoding="utf-8")
     observer = LineObserver(stream, json_line if section["format"] == "json" else text_line)
+    if section["file"] != "-":
+        _LOG_FILE[:] = [section["file"], observer]
     predicate = LogLevelFilterPredicate(defaultLogLevel=LogLevel.levelWithName(
         section["level"]))
     globalLogBeginner.beginLoggingTo([FilteringLogObserver(observer, [predicate])],
@@ -309,13 +323,18 @@ def start_logging(cfg, stream=None) -> None:
         logging.getLogger(name).setLevel(logging.DEBUG if debug else logging.ERROR)
 
 
-def start_metrics(cfg, announce) -> object | None:
-    """Serve /metrics on ``[metrics] host:port`` (a thread); None when disabled."""
-    from .services import listen_port
+def reopen_log() -> None:
+    """SIGHUP: write to ``[log] file`` anew (logrotate has moved the old one aside)."""
+    if not _LOG_FILE:
+        return
+    path, observer = _LOG_FILE
+    stream = open(path, "a", encoding="utf-8")  # noqa: SIM115
+    with observer._lock:
+        old, observer.stream = observer.stream, stream
+    old.close()
 
-    port = listen_port(cfg["metrics"]["port"])
-    if port is None:
-        return None
+
+def prepare_registry() -> None:
     # Counters' "_created" series double the output for a value nobody graphs, and
     # python_info's labels are version strings: neither is in docs/metrics.md.
     prometheus_client.disable_created_metrics()
@@ -323,6 +342,32 @@ def start_metrics(cfg, announce) -> object | None:
         prometheus_client.REGISTRY.unregister(prometheus_client.PLATFORM_COLLECTOR)
     except KeyError:  # already (a second start in one process)
         pass
+
+
+def serve_metrics(sock, registry=None):
+    """Serve /metrics of ``registry`` (this process's by default) on the listening socket
+    ``sock`` from a thread; the HTTP server, to ``shutdown()``."""
+    from http.server import ThreadingHTTPServer
+
+    from prometheus_client.exposition import MetricsHandler
+
+    handler = MetricsHandler if registry is None else MetricsHandler.factory(registry)
+    server = ThreadingHTTPServer(sock.getsockname()[:2], handler, bind_and_activate=False)
+    server.daemon_threads = True
+    server.socket.close()
+    server.socket = sock
+    threading.Thread(target=server.serve_forever, name="metrics", daemon=True).start()
+    return server
+
+
+def start_metrics(cfg, announce) -> object | None:
+    """Serve /metrics on ``[metrics] host:port`` (a thread); None when disabled."""
+    from .services import listen_port
+
+    port = listen_port(cfg["metrics"]["port"])
+    if port is None:
+        return None
+    prepare_registry()
     host = cfg["metrics"]["host"]
     server, _thread = start_http_server(port, addr=host)
     announce("metrics", host, server.server_port)

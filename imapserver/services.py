@@ -36,6 +36,19 @@ def start_services(store, cfg, reactor, loop, announce) -> list:
     return services
 
 
+INHERITED: dict[str, int] | None = None
+"""In a worker process (imapserver.workers): the listening sockets its supervisor opened, as
+file descriptors by listener name (``imap``, ``imaps``, ``smtp``, ``lmtp``); only those are
+served, and none is bound here.  None in a process that binds its own."""
+
+
+def inherited(name: str) -> int | None:
+    """The inherited socket of listener ``name``, or None; taken once (the caller owns it)."""
+    if INHERITED is None:
+        return None
+    return INHERITED.pop(name, None)
+
+
 def listen_port(value: int | str) -> int | None:
     """The port a listener binds for a configured ``value``: None when it is disabled (0),
     0 (the kernel chooses; the listener announces the port it got) for ``auto``."""

@@ -5,6 +5,10 @@
 The asyncio reactor is required because the SMTP/LMTP listeners (aiosmtpd) share its event
 loop.  Options are those of the ``imapserver`` command (see ``imapserver --help``).
 
+Under twistd the server is always one process: twistd owns it (daemonizing, pid file, signal
+handling), so ``[server] workers`` and ``--workers`` are ignored here; run the ``imapserver``
+command for one worker per core (imapserver.workers, docs/deploy.md).
+
 A service that cannot start prints ``imapserver: cannot start: <why>``, stops what it had
 started and raises :class:`StartError`: twistd then exits with a non-zero status (and, when
 daemonizing, its parent reports the error) instead of running without listeners.

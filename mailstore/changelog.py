@@ -22,6 +22,11 @@ is (docs/decisions/0001 and 0009):
 Every number up to the watermark therefore has an entry, and the entries between two marks are
 exactly the changes a reader must look at; a gap means old entries were trimmed (after a newer
 checkpoint, see index.py), and the reader falls back to a full read.
+
+An entry also carries the MODSEQ its operation took with its change number (a STORE's highest,
+an expunge's one), so that QRESYNC (RFC 7162 3.2.5) can tell which expunges came after a
+client's MODSEQ; entries written before that, and those settled for a dead writer that took
+none, carry none and count as later than any (docs/decisions/0014).
 """
 
 from __future__ import annotations
@@ -38,6 +43,7 @@ from contextlib import contextmanager
 from . import keys
 from .backends.base import Backend, decode_counter, delete_rows, encode_counter
 from .errors import Conflict
+from .mailboxes import MODSEQ
 from .schema import CHANGES, MAILBOXES
 
 LOGSEQ = b"c:logseq"    # last change number allocated (increments only)
@@ -69,14 +75,35 @@ def unpack_uids(data: bytes) -> array:
     return array("Q", itertools.accumulate(deltas))
 
 
-def encode_entry(state: bytes, at: float, uids: Iterable[int]) -> bytes:
-    return _HEAD.pack(state, int(at * 1000)) + pack_uids(uids)
+_MODSEQ_TAG = b"\x00"
+"""Marks a MODSEQ after the head: packed UIDs are zlib data, which never starts with 0."""
+_MODSEQ = struct.Struct(">Q")
+
+
+def encode_entry(state: bytes, at: float, uids: Iterable[int], modseq: int = 0) -> bytes:
+    head = _HEAD.pack(state, int(at * 1000))
+    if modseq:
+        head += _MODSEQ_TAG + _MODSEQ.pack(modseq)
+    return head + pack_uids(uids)
+
+
+def _body(value: bytes) -> tuple[int, bytes]:
+    """(MODSEQ or 0, packed UIDs) of an entry after its head."""
+    if value[_HEAD.size:_HEAD.size + 1] == _MODSEQ_TAG:
+        at = _HEAD.size + 1
+        return _MODSEQ.unpack_from(value, at)[0], value[at + _MODSEQ.size:]
+    return 0, value[_HEAD.size:]
 
 
 def decode_entry(value: bytes) -> tuple[bytes, float, array]:
     """(state, time in seconds, UIDs) of a log entry."""
     state, millis = _HEAD.unpack_from(value)
-    return state, millis / 1000, unpack_uids(value[_HEAD.size:])
+    return state, millis / 1000, unpack_uids(_body(value)[1])
+
+
+def entry_modseq(value: bytes) -> int:
+    """The MODSEQ an entry's operation took with its number; 0 when it carries none."""
+    return _body(value)[0]
 
 
 class ChangeLog:
@@ -111,29 +138,35 @@ class ChangeLog:
                    if also else {})
             return
         seq, pending, values = self._put_entry(mailbox_id, PENDING, uids, also)
+        modseq = values.get(MODSEQ, 0)
         try:
             yield values
         finally:
-            closed = encode_entry(CLOSED, self.clock(), uids)
+            closed = encode_entry(CLOSED, self.clock(), uids, modseq)
             if not self.table.check_and_put(keys.change_key(mailbox_id, seq), ENTRY, pending,
                                             ENTRY, closed):
                 # A reader settled our entry while we were slow: whatever we changed after
                 # that must be logged again, or readers past that number would never see it.
-                seq, _, _ = self._put_entry(mailbox_id, CLOSED, uids)
+                # (Under a later number with an earlier MODSEQ: QRESYNC's one blind spot,
+                # docs/decisions/0014.)
+                seq, _, _ = self._put_entry(mailbox_id, CLOSED, uids, modseq=modseq)
             self.advance(mailbox_id, seq)
 
     def _put_entry(self, mailbox_id: bytes, state: bytes, uids: list[int],
-                   also: Mapping[bytes, int] | None = None
+                   also: Mapping[bytes, int] | None = None, modseq: int = 0
                    ) -> tuple[int, bytes, dict[bytes, int]]:
         values: dict[bytes, int] = {}
         for attempt in range(5):
             if also and not attempt:
+                # The change number first: from then on the mailbox row shows a change in
+                # flight, until the entry is closed (index.py relies on it for HIGHESTMODSEQ).
                 values = self.rows.increment_many(mailbox_id, {LOGSEQ: 1, **also},
                                                   returning=(LOGSEQ, *also))
                 seq = values.pop(LOGSEQ)
+                modseq = values.get(MODSEQ, modseq)
             else:
                 seq = self.rows.increment(mailbox_id, LOGSEQ, 1)
-            value = encode_entry(state, self.clock(), uids)
+            value = encode_entry(state, self.clock(), uids, modseq)
             if self.table.check_and_put(keys.change_key(mailbox_id, seq), ENTRY, None, ENTRY,
                                         value):
                 return seq, value, values
@@ -197,7 +230,8 @@ class ChangeLog:
                 if now - at < self.abandon_after:
                     return reach
                 if not self.table.check_and_put(key, ENTRY, value, ENTRY,
-                                                encode_entry(SETTLED, at, uids)):
+                                                encode_entry(SETTLED, at, uids,
+                                                             entry_modseq(value))):
                     return reach
             reach = seq
         while reach < top and self._void_gap(mailbox_id, reach + 1, now):
@@ -261,6 +295,33 @@ class ChangeLog:
             if state != VOID:
                 touched.update(uids)
         return touched if count == upto - after else None
+
+    def entries(self, mailbox_id: bytes, after: int, upto: int
+                ) -> list[tuple[int, array]] | None:
+        """(MODSEQ or 0, UIDs) of the entries ``after+1..upto`` (all at or below the
+        watermark) but void ones, or None when some of them were trimmed away."""
+        if upto <= after:
+            return []
+        start, stop = keys.change_range(mailbox_id, after + 1, upto)
+        out = []
+        count = 0
+        for _key, row in self.table.scan(start=start, stop=stop, columns=[ENTRY],
+                                         batch_size=1000):
+            count += 1
+            value = row[ENTRY]
+            if value[:1] != VOID:
+                modseq, packed = _body(value)
+                out.append((modseq, unpack_uids(packed)))
+        return out if count == upto - after else None
+
+    def first_kept(self, mailbox_id: bytes, upto: int) -> int:
+        """The lowest change number still in the log at or below ``upto`` (0: none)."""
+        if upto < 1:
+            return 0
+        start, stop = keys.change_range(mailbox_id, 1, upto)
+        for key, _row in self.table.scan(start=start, stop=stop, columns=[ENTRY], limit=1):
+            return keys.change_key_seq(key)
+        return 0
 
     # -- housekeeping -------------------------------------------------------------------------
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .content import DEFAULT_CHUNK, check_chunk_size
+from .schema import Layout
 
 
 class ConfigError(ValueError):
@@ -35,6 +36,29 @@ def _choice(*allowed: str):
     return parse
 
 
+def _workers(text: str) -> int | str:
+    """``auto`` (one per core) or a number of worker processes, at least 1."""
+    if text.strip() == "auto":
+        return "auto"
+    value = int(text)
+    if value < 1:
+        raise ValueError("expected auto or a number of processes, at least 1")
+    return value
+
+
+def _int_range(low: int, high: int):
+    def parse(text: str) -> int:
+        value = int(text)
+        if not low <= value <= high:
+            raise ValueError(f"expected {low} to {high}")
+        return value
+    return parse
+
+
+# [hbase] keys that describe the tables' layout, not the connection.
+LAYOUT_KEYS = ("regions_per_table", "compression", "mob")
+
+
 @dataclass(frozen=True)
 class Key:
     parse: Any
@@ -43,6 +67,9 @@ class Key:
 
 # section -> key -> Key.  conf/imapserver.conf documents each one; a test checks they agree.
 SCHEMA: dict[str, dict[str, Key]] = {
+    "server": {
+        "workers": Key(_workers, "auto"),
+    },
     "store": {
         "backend": Key(_choice("embedded", "hbase"), "embedded"),
         "data_dir": Key(str, "data"),
@@ -80,6 +107,7 @@ SCHEMA: dict[str, dict[str, Key]] = {
                        ["localhost"]),
         "plus_addressing": Key(_bool, True),
         "over_quota_code": Key(_choice("452", "552"), "452"),
+        "smtp_require_starttls": Key(_bool, False),
     },
     "log": {
         "format": Key(_choice("text", "json"), "text"),
@@ -98,6 +126,10 @@ SCHEMA: dict[str, dict[str, Key]] = {
         "table_prefix": Key(str, ""),
         "pool_size": Key(int, 10),
         "timeout_ms": Key(int, 30000),
+        # The region layout (mailstore/schema.py Layout; docs/decisions/0015).
+        "regions_per_table": Key(_int_range(1, 4096), 16),
+        "compression": Key(_choice("snappy", "zstd", "gz", "none"), "snappy"),
+        "mob": Key(_bool, False),
     },
 }
 
@@ -117,12 +149,13 @@ class Config:
             return "embedded", {"data_dir": store["data_dir"],
                                 "synchronous": store["synchronous"],
                                 "allow_shared_permissions": store["allow_shared_permissions"]}
-        return "hbase", dict(self.values["hbase"])
+        return "hbase", {k: v for k, v in self.values["hbase"].items() if k not in LAYOUT_KEYS}
 
     def store_options(self) -> dict[str, Any]:
         store = self.values["store"]
-        return {k: store[k] for k in ("chunk_size", "read_ahead", "max_message_size",
-                                      "abandon_after", "intent_timeout", "release_grace")}
+        options = {k: store[k] for k in ("chunk_size", "read_ahead", "max_message_size",
+                                         "abandon_after", "intent_timeout", "release_grace")}
+        return {"layout": Layout.from_config(self), **options}
 
 
 def load(path: str | None = None, overrides: dict[str, dict[str, Any]] | None = None) -> Config:

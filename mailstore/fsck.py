@@ -40,7 +40,7 @@ from .mailboxes import (
     Mailbox,
     step_intent,
 )
-from .messages import BODY, ENVELOPE, FLAGS, HEADER, STATE
+from .messages import FLAGS, PENDING_CELLS, STATE
 from .records import ABANDONED, COMMITTED, MOVING, Flags, MessageRecord, state_of, unclaimed
 from .records import DELETING as DELETING_STATE
 from .schema import CHANGES, IMPORTS
@@ -164,10 +164,10 @@ class Fsck:
                 unseen += 0 if Flags.decode(row.get(FLAGS)).seen else 1
                 self.refs[record.content] += 1
             elif state == ABANDONED:
-                full = table.row(key, [ENVELOPE, BODY, HEADER, FLAGS])
+                full = table.row(key, list(PENDING_CELLS))
                 if full:
                     if self.repair:
-                        table.delete(key, [ENVELOPE, BODY, HEADER, FLAGS])
+                        table.delete(key, list(PENDING_CELLS))
                     self.report.add("message", f"{where} uid {uid}",
                                     "abandoned UID still holds cells", self.repair)
             elif state is None and uid <= counters[VISIBLE]:
@@ -195,7 +195,7 @@ class Fsck:
                 # UIDs given up just now may hold what their dead writer had put: strip it.
                 start, stop = keys.message_range(mailbox.id, counters[VISIBLE] + 1,
                                                  counters[UID])
-                leftovers = [Mutation(k, deletes=[ENVELOPE, BODY, HEADER, FLAGS])
+                leftovers = [Mutation(k, deletes=list(PENDING_CELLS))
                              for k, row in table.scan(start=start, stop=stop)
                              if row.get(STATE) == ABANDONED and len(row) > 1]
                 if leftovers:

@@ -36,8 +36,9 @@ from typing import NamedTuple
 from . import keys
 from .backends.base import Backend, decode_counter
 from .changelog import LOGMARK, LOGSEQ, ChangeLog, pack_uids, unpack_uids
-from .mailboxes import MODSEQ, VISIBLE, Mailbox
+from .mailboxes import MODSEQ, UID, VISIBLE, Mailbox
 from .messages import FLAGS, Messages
+from .modseqs import Point, Points
 from .records import Flags
 from .schema import CHANGES, MAILBOXES
 
@@ -288,19 +289,35 @@ class Indexes:
         # it is decides when to write a fresh one.
         self._stored: dict[bytes, Marks] = {}
         self._lock = threading.Lock()
+        self.points = Points(backend)
 
     def marks(self, mailbox_ids: Sequence[bytes]) -> dict[bytes, Marks]:
         """The marks of each mailbox, in one round trip (the IDLE poller's tick).  A change
         log stuck behind a dead writer is nudged on the way (changelog.ChangeLog.nudge)."""
-        rows = self.rows.rows(list(mailbox_ids), [MODSEQ, VISIBLE, LOGSEQ, LOGMARK])
+        rows = self.rows.rows(list(mailbox_ids), [MODSEQ, VISIBLE, UID, LOGSEQ, LOGMARK])
         out = {}
         for mailbox_id, row in rows:
             top, mark = decode_counter(row.get(LOGSEQ)), decode_counter(row.get(LOGMARK))
             if top > mark:
                 self.log.nudge(mailbox_id, top, mark)
-            out[mailbox_id] = Marks(decode_counter(row.get(MODSEQ)),
-                                    decode_counter(row.get(VISIBLE)), mark)
+            marks = out[mailbox_id] = Marks(decode_counter(row.get(MODSEQ)),
+                                            decode_counter(row.get(VISIBLE)), mark)
+            # One row read: a point for CONDSTORE/QRESYNC, quiet if nothing was in flight.
+            self.points.note(mailbox_id, Point(
+                *marks, quiet=top == mark and decode_counter(row.get(UID)) == marks.visible))
         return out
+
+    def highest_modseq(self, mailbox_id: bytes, marks: Marks, keep: bool = False) -> int:
+        """The HIGHESTMODSEQ a view at ``marks`` may report (modseqs.py): every change with
+        a MODSEQ up to it is visible there.  At least 1 (RFC 7162 mod-sequence-value).
+        ``keep``: it goes to a client, who may come back with it to another process; store
+        its point."""
+        point = self.points.highest(mailbox_id, marks.visible, marks.logmark)
+        if point is None:
+            return 1
+        if keep:
+            self.points.keep(mailbox_id, point)
+        return max(1, point.modseq)
 
     def _current(self, mailbox_id: bytes) -> Marks:
         return self.marks([mailbox_id]).get(mailbox_id, Marks(0, 0, 0))

@@ -29,12 +29,14 @@ from dataclasses import dataclass
 
 import orjson
 
-from . import keys
+from . import keys, sortkeys
 from .backends.base import Backend, Mutation, decode_counter, encode_counter
 from .content import ContentStore
 from .errors import Conflict, TooLarge, Unpublished
 from .mailboxes import MODSEQ, VISIBLE, Mailbox, Mailboxes
-from .mime import StructureParser
+from .mime import StructureParser, parse_bytes
+from .preview import READ_LIMIT as PREVIEW_READ
+from .preview import decode_cell, encode_cell, make_preview
 from .records import (
     ABANDONED,
     COMMITTED,
@@ -49,8 +51,14 @@ STATE = b"m:s"
 ENVELOPE = b"m:env"
 BODY = b"m:bs"
 HEADER = b"m:hdr"
+SORTKEYS = b"m:sk"
+"""SORT and THREAD keys (mailstore/sortkeys.py), computed at append; rows older than this cell
+have them computed from ``m:env`` and ``m:hdr`` when read (mailstore/sortcache.py)."""
 FLAGS = b"f:v"
-PENDING_CELLS = (ENVELOPE, BODY, HEADER, FLAGS)
+PREVIEW = b"m:pv"
+"""The message's preview (RFC 8970, :mod:`mailstore.preview`); absent in rows stored before
+previews were kept."""
+PENDING_CELLS = (ENVELOPE, BODY, HEADER, FLAGS, PREVIEW, SORTKEYS)
 
 SYSTEM_FLAGS = {f.lower(): f for f in ("\\Seen", "\\Answered", "\\Flagged", "\\Deleted",
                                         "\\Draft")}
@@ -104,6 +112,7 @@ class StoredContent:
     chunk_size: int
     info: dict
     header: bytes
+    preview: str | None = None
 
 
 @dataclass
@@ -117,6 +126,8 @@ class MessageView:
     envelope: dict | None = None
     body: dict | None = None
     header: bytes | None = None
+    preview: str | None = None
+    """RFC 8970 preview; None when not selected or not stored (an older row)."""
 
     @property
     def modseq(self) -> int:
@@ -149,6 +160,31 @@ def _header_end(data: bytearray) -> int | None:
     return crlf + 3 if crlf >= 0 else None
 
 
+def _safe_preview(info: dict, read) -> str | None:
+    """The preview of a message being stored, or None if making it failed: a preview is
+    never worth losing the message over (its first FETCH PREVIEW tries again)."""
+    try:
+        return make_preview(info.get("body"), read)
+    except Exception:
+        return None
+
+
+def _safe_structure(head: bytes) -> dict | None:
+    """The body structure of a message's first octets (a preview needs no more)."""
+    try:
+        return parse_bytes(head).to_json().get("body")
+    except Exception:
+        return None
+
+
+def _range_reader(reader):
+    """``read(start, end)`` over a seekable reader of a message's octets."""
+    def read(start: int, end: int) -> bytes:
+        reader.seek(start)
+        return reader.read(end - start)
+    return read
+
+
 def view_from_row(key: bytes, row: dict[bytes, bytes]) -> MessageView | None:
     """A MessageView, or None when the row is not visible (pending, abandoned, deleting)."""
     raw = row.get(STATE)
@@ -160,7 +196,7 @@ def view_from_row(key: bytes, row: dict[bytes, bytes]) -> MessageView | None:
         state_raw=raw,
         envelope=orjson.loads(row[ENVELOPE]) if ENVELOPE in row else None,
         body=orjson.loads(row[BODY]) if BODY in row else None,
-        header=row.get(HEADER))
+        header=row.get(HEADER), preview=decode_cell(row.get(PREVIEW)))
 
 
 class Messages:
@@ -219,8 +255,23 @@ class Messages:
             writer.abort()
             raise
         data = info.to_json()
+        # Read back from the store: the streamed octets were not kept (one chunk read at most).
+        preview = self._stored_preview(content_id, writer.size, writer.chunk_size, data)
         return StoredContent(content_id, writer.size, writer.chunk_size, data,
-                             bytes(head[:info.header_size]))
+                             bytes(head[:info.header_size]), preview)
+
+    def _stored_preview(self, content_id: bytes, size: int, chunk_size: int,
+                        info: dict) -> str | None:
+        """The preview of content just written, or None if that failed (the content is
+        committed and referenced: nothing here may raise and leak it)."""
+        try:
+            reader = self.content.open(content_id, size, chunk_size)
+            try:
+                return _safe_preview(info, _range_reader(reader))
+            finally:
+                reader.close()
+        except Exception:
+            return None
 
     def _ingest_whole(self, data: bytes, refs: int, max_size: int | None) -> StoredContent:
         """:meth:`ingest` of a message held whole that fits in one chunk (most mail): the
@@ -235,8 +286,37 @@ class Messages:
         end = _header_end(head)
         if end is not None:
             head = head[:end]
-        return StoredContent(content_id, len(data), self.content.chunk_size, info.to_json(),
-                             head[:info.header_size])
+        json_info = info.to_json()
+        preview = _safe_preview(json_info, lambda start, stop: data[start:stop])
+        return StoredContent(content_id, len(data), self.content.chunk_size, json_info,
+                             head[:info.header_size], preview)
+
+    def preview(self, mailbox_id: bytes, view: MessageView) -> str:
+        """The preview of ``view`` (RFC 8970): as stored, or, for a row stored before previews
+        were kept, computed from its content now and stored for next time.  The store is by
+        check-and-put on the commit record as read, so a row expunged or moved meanwhile is
+        never brought back as a stray cell."""
+        if view.preview is not None:
+            return view.preview
+        reader = self.open_body(view)
+        try:
+            body = view.body if view.body is not None else self._body(mailbox_id, view.uid)
+            if body is None:
+                # The row went (expunged since it was read) while its content stays readable
+                # for a while (docs/decisions/0011): the structure comes from the content.
+                head = reader.read(4 * PREVIEW_READ)
+                body = _safe_structure(head)
+            text = make_preview(body, _range_reader(reader))
+        finally:
+            reader.close()
+        self.table.check_and_put(keys.message_key(mailbox_id, view.uid), STATE,
+                                 view.state_raw, PREVIEW, encode_cell(text))
+        view.preview = text
+        return text
+
+    def _body(self, mailbox_id: bytes, uid: int) -> dict | None:
+        raw = self.table.row(keys.message_key(mailbox_id, uid), [BODY]).get(BODY)
+        return orjson.loads(raw) if raw else None
 
     def open_body(self, view: MessageView):
         """A seekable reader over a message's bytes (fetches chunks on demand)."""
@@ -266,7 +346,7 @@ class Messages:
                                        internal_date=date, modseq=modseq,
                                        header_size=stored.info.get("header_size", 0),
                                        lines=stored.info.get("lines", 0),
-                                       chunk_size=stored.chunk_size)
+                                       chunk_size=stored.chunk_size, save_date=self.clock())
                 try:
                     committed = self.table.put_then_check_and_put(
                         key, self._pending_cells(stored, Flags(modseq, flag_set)), STATE,
@@ -291,11 +371,15 @@ class Messages:
         return uid, modseq
 
     def _pending_cells(self, stored: StoredContent, flags: Flags) -> dict[bytes, bytes]:
-        cells = {ENVELOPE: _to_json(stored.info.get("envelope")),
+        envelope = stored.info.get("envelope")
+        cells = {ENVELOPE: _to_json(envelope),
                  BODY: _to_json(stored.info.get("body")),
+                 SORTKEYS: sortkeys.encode(sortkeys.compute(envelope, stored.header)),
                  FLAGS: flags.encode()}
         if stored.header:
             cells[HEADER] = stored.header
+        if stored.preview is not None:
+            cells[PREVIEW] = encode_cell(stored.preview)
         return cells
 
     def _uncount(self, mailbox_id: bytes, size: int, seen: bool) -> None:
@@ -578,4 +662,5 @@ class Messages:
                                 for uid, cells in rows])
 
 
-__all__ = ["COMMITTED", "Messages", "MessageView", "StoredContent", "canonical_flags"]
+__all__ = ["COMMITTED", "PREVIEW", "Messages", "MessageView", "StoredContent",
+           "canonical_flags"]

@@ -4,6 +4,11 @@
 that the two agree.  ``mailadmin init-schema`` creates these tables through the configured
 backend, idempotently.  All families keep one version: the store never reads history, and
 keeping more would only cost disk.
+
+The region layout (pre-splits, compression, bloom filters, in-memory families, MOB) is
+docs/decisions/0015-hbase-region-layout.md.  HBase's Thrift1 ``createTable`` carries the
+column family options but neither split keys nor MOB, so only the shell DDL (:func:`ddl`) has
+the whole layout; :data:`THRIFT_CANNOT` says what an operator adds after a Thrift creation.
 """
 
 from __future__ import annotations
@@ -11,6 +16,43 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from .backends.base import Backend
+from .content import DEFAULT_CHUNK
+
+COMPRESSIONS = ("snappy", "zstd", "gz", "none")
+
+# HBase's own default MOB threshold (100 KiB): values above it go to MOB files.
+_HBASE_MOB_THRESHOLD = 100 * 1024
+
+
+@dataclass(frozen=True)
+class Layout:
+    """How the tables are laid out on an HBase cluster (``[hbase]`` settings)."""
+
+    regions: int = 16
+    """Regions each UUID-keyed table is pre-split into (1: no pre-split)."""
+    compression: str = "snappy"
+    mob: bool = False
+    chunk_size: int = DEFAULT_CHUNK
+
+    def __post_init__(self):
+        if self.compression not in COMPRESSIONS:
+            raise ValueError(f"compression must be one of {', '.join(COMPRESSIONS)}")
+        if not 1 <= self.regions <= 4096:
+            raise ValueError("regions per table must be 1 to 4096")
+
+    @classmethod
+    def from_config(cls, cfg) -> Layout:
+        hbase = cfg["hbase"]
+        return cls(regions=hbase["regions_per_table"], compression=hbase["compression"],
+                   mob=hbase["mob"], chunk_size=cfg["store"]["chunk_size"])
+
+    @property
+    def mob_threshold(self) -> int:
+        """Content chunks larger than this go to MOB files.  Tied to the chunk size
+        (docs/decisions/0002): half a chunk, so every full chunk of a multi-chunk message is
+        a MOB, and at most HBase's 100 KiB default, so a single-chunk message of 100 KiB-256
+        KiB is one too; the many small messages stay ordinary cells (one read, block cache)."""
+        return min(_HBASE_MOB_THRESHOLD, self.chunk_size // 2)
 
 
 @dataclass(frozen=True)
@@ -24,9 +66,31 @@ class TableDef:
     new_keys_descend: bool = False
     """New rows mostly sort before the existing ones (a B-tree store lays the table out for
     that; see Backend.create_table)."""
+    split: str | None = None
+    """How HBase pre-splits the table: "uniform" (UniformSplit: keys start with random bytes,
+    a UUID4), "hex" (HexStringSplit: keys start with hex digits) or None (one region; the
+    user-name-keyed tables, whose names do not spread, see decision 0015)."""
+    regions: int | None = None
+    """Pre-split into this many regions instead of the configured ``regions_per_table``."""
+    mob_family: str | None = None
+    """The family whose big cells HBase keeps as MOBs when ``[hbase] mob = yes``."""
 
-    def family_options(self) -> dict[str, dict[str, object]]:
-        return {fam: {"max_versions": 1, **self.options.get(fam, {})} for fam in self.families}
+    def family_options(self, layout: Layout | None = None) -> dict[str, dict[str, object]]:
+        """Column family options by their happybase (Thrift1 ColumnDescriptor) names.
+
+        Every one is spelled out because Thrift1's defaults are not the shell's: a family
+        created through Thrift gets ``blockCacheEnabled = false`` and ``bloomFilterType =
+        "NONE"`` unless the client says otherwise (Hbase.thrift ColumnDescriptor)."""
+        layout = layout or Layout()
+        return {fam: {"max_versions": 1, "compression": layout.compression.upper(),
+                      "bloom_filter_type": "ROW", "block_cache_enabled": True,
+                      **self.options.get(fam, {})}
+                for fam in self.families}
+
+    def region_count(self, layout: Layout | None = None) -> int:
+        if self.split is None:
+            return 1
+        return self.regions or (layout or Layout()).regions
 
 
 MAILBOXES = TableDef(
@@ -47,6 +111,9 @@ MAILBOXES = TableDef(
     access="get by UUID (from the name index); increments on append/flag change/expunge; "
            "one check-and-put of c:recent per read-write SELECT, and per refresh that finds "
            "new messages",
+    # The counters are read on every refresh (NOOP, IDLE poll) of every session.
+    options={"c": {"in_memory": True}},
+    split="uniform",
 )
 
 MAILBOX_INDEX = TableDef(
@@ -63,15 +130,20 @@ MESSAGES = TableDef(
     row_key="16-byte mailbox UUID + 8-byte big-endian (2**63 - 1 - uid)",
     families={
         "m": "metadata, written once: s (commit record: state byte + packed uid, size, date, "
-             "MODSEQ, content id; written last by check-and-put; b'X' marks an abandoned UID, "
-             "b'D' a message being expunged; an M or D record is followed by the 16-byte id of "
-             "the intent that claimed it), "
-             "env (ENVELOPE), bs (BODYSTRUCTURE), hdr (raw header block)",
+             "MODSEQ, content id, save date; written last by check-and-put; b'X' marks an "
+             "abandoned UID, b'D' a message being expunged; an M or D record is followed by the "
+             "16-byte id of the intent that claimed it), "
+             "env (ENVELOPE), bs (BODYSTRUCTURE), hdr (raw header block), "
+             "pv (RFC 8970 preview; added later to rows stored before it existed), "
+             "sk (SORT/THREAD keys, mailstore/sortkeys.py; absent in rows older than it)",
         "f": "flags, changed by check-and-put on one cell: v = 8-byte MODSEQ + flag names",
     },
     access="newest page = one reverse-ordered bounded scan of 25 rows; UID list = bounded scan "
            "of m:s; flag change touches only f:v",
     new_keys_descend=True,
+    # Flags are small and read by every FETCH FLAGS, SEARCH on keywords and refresh delta.
+    options={"f": {"in_memory": True}},
+    split="uniform",
 )
 
 CONTENT = TableDef(
@@ -87,6 +159,8 @@ CONTENT = TableDef(
     access="get of the few chunk columns a read needs; refs incremented on copy, decremented "
            "on expunge; when refs reaches 0 the row is released and deleted a grace period "
            "later (docs/decisions/0011-expunge-vs-readers.md)",
+    split="uniform",
+    mob_family="c",
 )
 
 SUBSCRIPTIONS = TableDef(
@@ -122,6 +196,7 @@ INTENTS = TableDef(
     access="put before the operation, deleted after it; prefix scan by mailbox on open and fsck; "
            "release records: batched puts on expunge, a bounded scan of those past the grace "
            "period on each release, periodic sweep and fsck",
+    split="uniform",
 )
 
 IMPORTS = TableDef(
@@ -132,6 +207,7 @@ IMPORTS = TableDef(
     families={"i": "i:uid = the UID the message got (8-byte big-endian)"},
     access="one get per message imported, one put per message stored; prefix scan by mailbox "
            "in fsck (records of deleted mailboxes)",
+    split="uniform",
 )
 
 CHANGES = TableDef(
@@ -152,23 +228,73 @@ CHANGES = TableDef(
            "bounded scan of the entries since a session's mark on each refresh; one get of "
            "the checkpoint on a process's first SELECT; old entries deleted when a newer "
            "checkpoint is written",
+    # No TTL on l: entries are trimmed by number behind the checkpoint, never by age, and an
+    # old entry above the checkpoint is still needed (decision 0015).
+    split="uniform",
 )
 
 TABLES: tuple[TableDef, ...] = (MAILBOXES, MAILBOX_INDEX, MESSAGES, CONTENT, SUBSCRIPTIONS,
                                 USERS, INTENTS, IMPORTS, CHANGES)
 
 
-def create_schema(backend: Backend) -> list[str]:
-    """Create every missing table; return the names created (empty when all existed)."""
+SPLIT_ALGORITHMS = {"uniform": "UniformSplit", "hex": "HexStringSplit"}
+
+THRIFT_CANNOT = ("Thrift1 createTable carries no split keys and no MOB settings: the tables "
+                 "were created with one region each (and the content chunks as ordinary "
+                 "cells).  For the full layout create them with the HBase shell instead "
+                 "(`mailadmin init-schema --print > schema.hbase; hbase shell -n schema.hbase`) "
+                 "or, while they are still empty, apply docs/decisions/0015's `split`/`alter` "
+                 "commands.")
+
+
+def create_schema(backend: Backend, layout: Layout | None = None) -> list[str]:
+    """Create every missing table; return the names created (empty when all existed).
+
+    Over HBase this is Thrift1's ``createTable``: the family options of ``layout`` apply, its
+    pre-splits and MOB do not (see THRIFT_CANNOT)."""
     return [t.name for t in TABLES
-            if backend.create_table(t.name, t.family_options(),
+            if backend.create_table(t.name, t.family_options(layout),
                                     new_keys_descend=t.new_keys_descend)]
 
 
-def ddl(prefix: str = "") -> str:
+_SHELL_NAMES = {"max_versions": "VERSIONS", "compression": "COMPRESSION",
+                "bloom_filter_type": "BLOOMFILTER", "block_cache_enabled": "BLOCKCACHE",
+                "in_memory": "IN_MEMORY", "time_to_live": "TTL"}
+
+
+def _shell_value(value: object) -> str:
+    if isinstance(value, bool):
+        return f"'{str(value).lower()}'"
+    if isinstance(value, int):
+        return str(value)
+    return f"'{value}'"
+
+
+def _shell_create(name: str, table: TableDef, layout: Layout) -> str:
+    specs = []
+    for fam, opts in table.family_options(layout).items():
+        attrs = [f"NAME => '{fam}'"] + [f"{_SHELL_NAMES[k]} => {_shell_value(v)}"
+                                        for k, v in opts.items()]
+        if layout.mob and fam == table.mob_family:
+            attrs += ["IS_MOB => true", f"MOB_THRESHOLD => {layout.mob_threshold}"]
+        specs.append("{" + ", ".join(attrs) + "}")
+    regions = table.region_count(layout)
+    if regions > 1:     # the shell refuses NUMREGIONS below 2
+        specs.append(f"{{NUMREGIONS => {regions}, "
+                     f"SPLITALGO => '{SPLIT_ALGORITHMS[table.split]}'}}")
+    return f"create '{name}', " + ", ".join(specs)
+
+
+def ddl(prefix: str = "", layout: Layout | None = None) -> str:
     """The HBase shell commands that create the schema (as ``hbase-schema/schema.hbase``)."""
+    layout = layout or Layout()
     out = ["# Generated from mailstore/schema.py by `make schema`; a test checks they agree.",
-           "# Run with: hbase shell -n hbase-schema/schema.hbase", ""]
+           "# Run with: hbase shell -n hbase-schema/schema.hbase",
+           f"# Layout ([hbase] settings; docs/decisions/0015-hbase-region-layout.md): "
+           f"regions_per_table = {layout.regions}, compression = {layout.compression}, "
+           f"mob = {'yes' if layout.mob else 'no'}"
+           + (f" (threshold {layout.mob_threshold} bytes, chunk_size {layout.chunk_size})"
+              if layout.mob else ""), ""]
     for t in TABLES:
         name = f"{prefix}_{t.name}" if prefix else t.name
         out.append(f"# {name}: {t.purpose}")
@@ -176,9 +302,6 @@ def ddl(prefix: str = "") -> str:
         for fam, doc in t.families.items():
             out.append(f"#   {fam}: {doc}")
         out.append(f"#   access: {t.access}")
-        fams = ", ".join(
-            f"{{NAME => '{fam}', VERSIONS => {opts['max_versions']}}}"
-            for fam, opts in t.family_options().items())
-        out.append(f"create '{name}', {fams}")
+        out.append(_shell_create(name, t, layout))
         out.append("")
     return "\n".join(out)

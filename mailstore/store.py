@@ -20,7 +20,15 @@ from .backends import open_backend
 from .backends.base import Backend, Mutation, decode_counter, delete_rows
 from .changelog import ChangeLog
 from .content import DEFAULT_CHUNK, DEFAULT_GRACE, ContentStore
-from .errors import AlreadyExists, InvalidName, NotFound, OverQuota, TooLarge, Unpublished
+from .errors import (
+    AlreadyExists,
+    Expunged,
+    InvalidName,
+    NotFound,
+    OverQuota,
+    TooLarge,
+    Unpublished,
+)
 from .index import CHECKPOINT_EVERY, Delta, Indexes, MailboxIndex, Marks
 from .mailboxes import DEFAULT_FOLDERS, MODSEQ, Mailbox, Mailboxes
 from .messages import (
@@ -32,10 +40,12 @@ from .messages import (
     flag_target,
     known_size,
 )
+from .modseqs import SinceModseq, since_modseq
 from .records import COMMITTED, DELETING, MOVING, Flags, MessageRecord, state_of
-from .schema import IMPORTS, INTENTS, create_schema
+from .schema import IMPORTS, INTENTS, Layout, create_schema
+from .sortcache import MessageKeys, SortKeyCache
 from .transfers import Transfers
-from .users import User, Users, check_quota
+from .users import QuotaUsage, User, Users, check_quota
 
 DEFAULT_MAX_MESSAGE = 64 * 1024 * 1024
 FLAG_BATCH = 1000
@@ -78,10 +88,11 @@ class MailStore:
                  clock: Callable[[], float] = time.time,
                  sleep: Callable[[float], None] = time.sleep,
                  abandon_after: float = 10.0, intent_timeout: float = 60.0,
-                 release_grace: float = DEFAULT_GRACE, create_tables: bool = True):
+                 release_grace: float = DEFAULT_GRACE, create_tables: bool = True,
+                 layout: Layout | None = None):
         self.backend = backend
         if create_tables:
-            create_schema(backend)
+            create_schema(backend, layout)
         self.max_message_size = max_message_size
         self.clock = clock
         self.content = ContentStore(backend.table("JAMES_CONTENT"), chunk_size, read_ahead, clock,
@@ -94,6 +105,7 @@ class MailStore:
         self.transfers = Transfers(backend, self.messages, self.mailboxes, self.content,
                                    self.users, clock, intent_timeout, self.changes)
         self.indexes = Indexes(backend, self.messages, self.changes)
+        self.sort_cache = SortKeyCache(self.messages)
 
     @classmethod
     def open(cls, backend_name: str, backend_options: dict, **store_options) -> MailStore:
@@ -137,6 +149,31 @@ class MailStore:
         if account.storage_limit is None and account.message_limit is None:
             return  # no limits: skip adding up the mailboxes
         check_quota(account, self.usage(account.name), add_bytes, add_messages)
+
+    def quota(self, user: str) -> QuotaUsage:
+        """``user``'s limits and usage (octets and messages in all their mailboxes, from the
+        mailbox counters).  The mailboxes are not added up for a user without limits: usage
+        is then reported as 0.  Raises NotFound."""
+        account = self.users.get(user)
+        if account.storage_limit is None and account.message_limit is None:
+            return QuotaUsage(0, None, 0, None)
+        used_bytes, used_messages = self.usage(account.name)
+        return QuotaUsage(used_bytes, account.storage_limit, used_messages,
+                          account.message_limit)
+
+    def deleted_usage(self, mailbox: Mailbox) -> tuple[int, int]:
+        """(messages, octets) marked \\Deleted in ``mailbox``: what EXPUNGE would free (RFC
+        9208 4.1.4, STATUS DELETED and DELETED-STORAGE).  The \\Deleted UIDs come from the
+        mailbox's index (no scan of the mailbox); their sizes from one multi-get per
+        ``FLAG_BATCH`` of them, so the cost is that of the \\Deleted messages alone."""
+        uids = list(self.indexes.open(mailbox).deleted)
+        count = octets = 0
+        for i in range(0, len(uids), FLAG_BATCH):
+            for view in self.messages.get(mailbox.id, uids[i:i + FLAG_BATCH], SUMMARY):
+                if "\\Deleted" in view.flags.names:  # as read now, not as indexed
+                    count += 1
+                    octets += view.record.size
+        return count, octets
 
     @durable
     def delete_user(self, name: str) -> None:
@@ -270,18 +307,22 @@ class MailStore:
         return self.backend.grouped()
 
     def _append(self, user: str, mailbox_name: str | Mailbox, source, size: int | None,
-                flags: Iterable[str], internal_date: float | None) -> tuple[int, int]:
+                flags: Iterable[str], internal_date: float | None,
+                credit: tuple[int, int] = (0, 0)) -> tuple[int, int]:
+        """``credit``: (bytes, messages) the caller frees right after (REPLACE's message),
+        not counted against the quota."""
+        credit_bytes, credit_messages = credit
         if isinstance(mailbox_name, Mailbox):
             if mailbox_name.owner != user:
                 raise NotFound(f"no such mailbox: {mailbox_name.name}")
             mailbox = mailbox_name
         else:
             mailbox = self.mailboxes.get(user, mailbox_name)
-        self.check_quota(user, size or 0, 1)
+        self.check_quota(user, (size or 0) - credit_bytes, 1 - credit_messages)
         stored = self.ingest(source)
         try:
             if size is None:
-                self.check_quota(user, stored.size, 1)
+                self.check_quota(user, stored.size - credit_bytes, 1 - credit_messages)
             uid = self.add_stored(mailbox, stored, flags, internal_date)
         except Unpublished:
             raise  # the message row holds the content's reference
@@ -361,6 +402,15 @@ class MailStore:
         nothing else (SEARCH on flags, and a session whose change log was trimmed)."""
         return self.messages.uid_flags(mailbox.id, high_uid)
 
+    def sort_keys(self, mailbox: Mailbox, uids: Sequence[int],
+                  present: Sequence[int] | None = None) -> dict[int, MessageKeys]:
+        """The SORT/THREAD keys (RFC 5256; :mod:`mailstore.sortkeys`) of the messages among
+        ``uids`` (ascending) that still exist, by UID.  Kept per process: only UIDs this
+        process has not read before cost a row read (:mod:`mailstore.sortcache`).
+        ``present``: every UID of the mailbox the caller knows of (lets the cache forget
+        expunged ones)."""
+        return self.sort_cache.keys(mailbox.id, uids, present)
+
     def marks(self, mailbox_ids: Sequence[bytes]) -> dict[bytes, Marks]:
         """Where each mailbox stands, in one round trip: a new message moves its UID watermark,
         a flag change or expunge its change-log watermark (docs/decisions/0009)."""
@@ -376,6 +426,23 @@ class MailStore:
         """New messages, changed flags and vanished UIDs since ``since``; None if the change log
         no longer reaches back that far (the caller then rereads, e.g. with open_index)."""
         return self.indexes.delta(mailbox, since)
+
+    # -- MODSEQs (RFC 7162; docs/decisions/0014-modseq-and-vanished.md) ----------------------
+
+    def highest_modseq(self, mailbox: Mailbox, marks: Marks | None = None,
+                       keep: bool = False) -> int:
+        """HIGHESTMODSEQ for a view of ``mailbox`` at ``marks`` (by default as it stands now):
+        no change with a MODSEQ at or below it is still to appear (RFC 7162 3.1.2.1).
+        ``keep``: it goes to a client; remember it for other processes (modseqs.py)."""
+        if marks is None:
+            marks = self.indexes.marks([mailbox.id]).get(mailbox.id, Marks(0, 0, 0))
+        return self.indexes.highest_modseq(mailbox.id, marks, keep)
+
+    def since_modseq(self, mailbox: Mailbox, modseq: int, view: MailboxIndex) -> SinceModseq:
+        """Flag changes of the messages in ``view`` after ``modseq``, and the UIDs expunged
+        after it (a superset; None past the change log's reach): CHANGEDSINCE, VANISHED and
+        QRESYNC's SELECT (RFC 7162 3.1.4.1, 3.2.5, 3.2.6)."""
+        return since_modseq(self.indexes, mailbox, modseq, view)
 
     # -- \Recent (RFC 3501 2.3.2; docs/decisions/0010-recent.md) -------------------------------
 
@@ -422,6 +489,12 @@ class MailStore:
 
     def open_message(self, view: MessageView) -> io.RawIOBase:
         return self.messages.open_body(view)
+
+    def preview(self, mailbox: Mailbox, view: MessageView) -> str:
+        """The RFC 8970 preview of a message of ``mailbox``: the one stored with it, or for a
+        message stored before previews were kept, computed from its content now (one read of
+        its first text part) and stored for next time (see :mod:`mailstore.preview`)."""
+        return self.messages.preview(mailbox.id, view)
 
     def read_message(self, view: MessageView) -> bytes:
         return self.messages.open_body(view).read()
@@ -474,6 +547,40 @@ class MailStore:
         """Expunge ``uids`` (only those with \\Deleted, if ``only_deleted``, as read in the
         same step: EXPUNGE, CLOSE and UID EXPUNGE need not read the rows first)."""
         return self.transfers.expunge(mailbox, uids, only_deleted)
+
+    @durable
+    def replace(self, source: Mailbox, uid: int, target: Mailbox, message,
+                flags: Iterable[str] = (), internal_date: float | None = None
+                ) -> tuple[int, int]:
+        """REPLACE (RFC 8508 3.4): APPEND ``message`` to ``target``, then expunge ``uid`` from
+        ``source``; return the new message's (UIDVALIDITY, UID).
+
+        Built from the two crash-safe operations, in that order (docs/decisions/0017): a crash
+        between them leaves both messages (the user deletes one; nothing is lost), never
+        neither.  The replaced message is credited against the quota (it goes away), so a
+        draft at the quota's edge can still be saved again.  Raises Expunged (with nothing
+        appended) if ``uid`` is not in ``source``, and NotFound, TooLarge, OverQuota or
+        BackendUnavailable as :meth:`append` does, with ``uid`` untouched.
+        """
+        if source.owner != target.owner:
+            raise InvalidName("a message can only be replaced within one user's mailboxes")
+        old = [v for v in self.messages.get(source.id, [uid], SUMMARY)
+               if state_of(v.state_raw) == COMMITTED]
+        if not old:
+            raise Expunged(f"message {uid} no longer exists")
+        size = known_size(message)
+        if size is not None and size > self.max_message_size:
+            raise TooLarge(f"message larger than {self.max_message_size} bytes")
+        with self.unit_of_work(size):
+            validity, new_uid = self._append(target.owner, target, message, size, flags,
+                                             internal_date, credit=(old[0].record.size, 1))
+        if not self.transfers.expunge(source, [uid]):
+            # Expunged (or moved) by another session since it was read above: RFC 8508 3.4
+            # has no REPLACE that only appends, so the new message goes too.  Another
+            # session may have seen it come and go; the client is told NO.
+            self.transfers.expunge(target, [new_uid])
+            raise Expunged(f"message {uid} was expunged meanwhile")
+        return validity, new_uid
 
     @durable
     def copy(self, source: Mailbox, uids: Iterable[int], target: Mailbox

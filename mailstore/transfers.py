@@ -33,7 +33,7 @@ from collections.abc import Callable, Iterable
 
 import orjson
 
-from . import keys
+from . import keys, sortkeys
 from .backends.base import Backend, Mutation, decode_counter, encode_counter
 from .changelog import ChangeLog
 from .content import INFO, ContentStore
@@ -44,11 +44,15 @@ from .messages import (
     ENVELOPE,
     FLAGS,
     HEADER,
+    PENDING_CELLS,
+    PREVIEW,
+    SORTKEYS,
     STATE,
     SUMMARY,
     Messages,
     MessageView,
 )
+from .preview import decode_cell, encode_cell
 from .records import (
     ABANDONED,
     COMMITTED,
@@ -126,7 +130,9 @@ class Transfers:
         if not views:
             return []
         intent = self._begin(mailbox.id, {"op": "expunge", "uids": [v.uid for v in views]})
-        with self.changes.recording(mailbox.id, [v.uid for v in views]):
+        # The expunge's MODSEQ comes with its change number and is kept in its log entry:
+        # QRESYNC answers VANISHED from it (RFC 7162 3.2.5, docs/decisions/0014).
+        with self.changes.recording(mailbox.id, [v.uid for v in views], also={MODSEQ: 1}):
             claimed = [v for v in views if self.messages.table.check_and_put(
                 keys.message_key(mailbox.id, v.uid), STATE, v.state_raw,
                 STATE, claimed_by(v.state_raw, DELETING, intent[UUID_LEN:]))]
@@ -146,13 +152,14 @@ class Transfers:
         """
         if not views:
             return
+        # No MODSEQ taken here: every caller runs inside a change-log recording that took one
+        # with its change number.
         if not counted:
             self.boxes.count_once(mailbox.id, step_column(b"c", intent, COUNT_STEP),
                                   messages=-len(views), size=-sum(v.record.size for v in views),
                                   unseen=-sum(1 for v in views if not v.flags.seen))
         self.content.decref_once(Counter(v.record.content for v in views),
                                  step_column(b"r", intent, REFS_STEP))
-        self.boxes.rows.increment(mailbox.id, MODSEQ, 1)
         self.messages.table.mutate_rows(
             [Mutation(keys.message_key(mailbox.id, v.uid), delete_row=True) for v in views])
 
@@ -206,8 +213,7 @@ class Transfers:
         if not views:
             return []
         count = len(views)
-        last = self.boxes.rows.increment(target.id, UID, count)
-        top_modseq = self.boxes.rows.increment(target.id, MODSEQ, count)
+        last, top_modseq = self._allocate(target, count)
         pairs = [[v.uid, last - count + 1 + i, v.record.content.hex(), v.record.size,
                   0 if v.flags.seen else 1] for i, v in enumerate(views)]
         intent = self._begin(target.id, {"op": "copy", "source": source.id.hex(),
@@ -257,9 +263,10 @@ class Transfers:
                 continue  # written (and perhaps expunged since by a user, who uncounted it)
             row = src_rows.get(keys.message_key(source.id, src_uid)) if source else None
             if row is not None and state_of(row.get(STATE)) in (COMMITTED, MOVING):
-                modseq = self.boxes.rows.increment(target.id, MODSEQ, 1)
                 if dst_state == ABANDONED:
-                    dst_uid = self.boxes.rows.increment(target.id, UID, 1)
+                    dst_uid, modseq = self._allocate(target, 1)
+                else:
+                    modseq = self.boxes.rows.increment(target.id, MODSEQ, 1)
                 view = _view(keys.message_key(source.id, src_uid), row[STATE], row)
                 top = max(top, self._place(target, view, dst_uid, modseq))
                 continue
@@ -284,16 +291,31 @@ class Transfers:
                 cells[BODY] = orjson.dumps(view.body)
             if view.header is not None:
                 cells[HEADER] = view.header
+            if view.preview is not None:
+                cells[PREVIEW] = encode_cell(view.preview)
+            if view.envelope is not None:
+                # The copy's SORT/THREAD keys, as its append would have stored them.
+                cells[SORTKEYS] = sortkeys.encode(sortkeys.compute(view.envelope, view.header))
             self.messages.table.put(key, cells)
+            # RFC 8514: the save date is when the message came into this mailbox, the
+            # internal date stays as it was (RFC 3501 6.4.7).
             record = MessageRecord(uid=uid, content=view.record.content, size=view.record.size,
                                    internal_date=view.record.internal_date, modseq=modseq,
                                    header_size=view.record.header_size, lines=view.record.lines,
-                                   chunk_size=view.record.chunk_size)
+                                   chunk_size=view.record.chunk_size, save_date=self.clock())
             if self.messages.table.check_and_put(key, STATE, None, STATE, record.encode()):
                 return uid
-            self.messages.table.delete(key, [FLAGS, ENVELOPE, BODY, HEADER])
-            uid = self.boxes.rows.increment(target.id, UID, 1)
-            modseq = self.boxes.rows.increment(target.id, MODSEQ, 1)
+            self.messages.table.delete(key, list(PENDING_CELLS))
+            uid, modseq = self._allocate(target, 1)
+
+    def _allocate(self, target: Mailbox, count: int) -> tuple[int, int]:
+        """The last of ``count`` new UIDs and of their MODSEQs.  The UID first (one step on
+        the embedded store, in this order over HBase): while the MODSEQs are not yet
+        committed, the UID watermark is behind, which is how readers know a MODSEQ may still
+        be in flight (HIGHESTMODSEQ, index.py)."""
+        values = self.boxes.rows.increment_many(target.id, {UID: count, MODSEQ: count},
+                                                returning=(UID, MODSEQ))
+        return values[UID], values[MODSEQ]
 
     # -- move -----------------------------------------------------------------------------------
 
@@ -306,12 +328,11 @@ class Transfers:
         if not views:
             return []
         count = len(views)
-        last = self.boxes.rows.increment(target.id, UID, count)
-        top_modseq = self.boxes.rows.increment(target.id, MODSEQ, count)
+        last, top_modseq = self._allocate(target, count)
         planned = [(v.uid, last - count + 1 + i) for i, v in enumerate(views)]
         intent = self._begin(source.id, {"op": "move", "target": target.id.hex(),
                                          "pairs": planned})
-        with self.changes.recording(source.id, [v.uid for v in views]):
+        with self.changes.recording(source.id, [v.uid for v in views], also={MODSEQ: 1}):
             moved = self._move_claimed(source, target, intent, views, planned, last,
                                        top_modseq)
         self._end(intent, [source.id, target.id])
@@ -367,7 +388,8 @@ class Transfers:
             self.boxes.count_once(source.id, step_column(b"c", intent, SOURCE_STEP),
                                   messages=-len(views), size=-sum(v.record.size for v in views),
                                   unseen=-sum(1 for v in views if not v.flags.seen))
-        self.boxes.rows.increment(source.id, MODSEQ, 1)
+        # No MODSEQ taken here: the move's change-log recording took one with its change
+        # number (docs/decisions/0014).
         self.messages.table.mutate_rows(
             [Mutation(keys.message_key(source.id, v.uid), delete_row=True) for v in views])
 
@@ -400,7 +422,7 @@ class Transfers:
                 contents = self._recover_copy(source, key, op)
             elif source is not None:
                 uids = op["uids"] if op["op"] == "expunge" else [p[0] for p in op["pairs"]]
-                with self.changes.recording(mailbox_id, uids):
+                with self.changes.recording(mailbox_id, uids, also={MODSEQ: 1}):
                     if op["op"] == "expunge":
                         contents = self._recover_expunge(source, key, op["uids"])
                     elif op["op"] == "move":
@@ -491,9 +513,10 @@ class Transfers:
             if dst_state in (COMMITTED, MOVING):
                 moved.append((view, dst_uid))   # written (and counted) before the crash
                 continue
-            modseq = self.boxes.rows.increment(target.id, MODSEQ, 1)
             if dst_state == ABANDONED:
-                dst_uid = self.boxes.rows.increment(target.id, UID, 1)
+                dst_uid, modseq = self._allocate(target, 1)
+            else:
+                modseq = self.boxes.rows.increment(target.id, MODSEQ, 1)
             moved.append((view, self._place(target, view, dst_uid, modseq)))
         top = max((uid for _, uid in moved), default=0)
         self.messages.advance(target.id, max(top, *(d for _, d in op["pairs"])))
@@ -519,4 +542,5 @@ def _view(key: bytes, raw: bytes, row: dict[bytes, bytes]) -> MessageView:
     if BODY in row:
         view.body = orjson.loads(row[BODY])
     view.header = row.get(HEADER)
+    view.preview = decode_cell(row.get(PREVIEW))
     return view

@@ -174,6 +174,20 @@ class Users:
         self.table.mutate_rows([Mutation(keys.user_key(user), puts=puts, deletes=deletes)])
 
 
+@dataclass(frozen=True)
+class QuotaUsage:
+    """A user's limits and what they use against them (what IMAP GETQUOTA reports, RFC 9208
+    4.2.1): octets and messages stored; a limit of None is no limit."""
+
+    storage_used: int
+    storage_limit: int | None
+    messages_used: int
+    message_limit: int | None
+
+    @property
+    def limited(self) -> bool:
+        return self.storage_limit is not None or self.message_limit is not None
+
 
 def check_quota(user: User, used: tuple[int, int], add_bytes: int, add_messages: int) -> None:
     """Raise OverQuota if adding this much to ``used`` (bytes, messages) exceeds the limits.

@@ -79,7 +79,9 @@ class ServerProcess:
     def __init__(self, data_dir: str, *extra: str, config_file: str | None = None):
         self.argv = [sys.executable, "-m", "imapserver.main", "--data-dir", data_dir,
                      "--imap-port", "0", "--imaps-port", "0",
-                     "--smtp-port", "auto", "--lmtp-port", "auto", *extra]
+                     "--smtp-port", "auto", "--lmtp-port", "auto",
+                     # One process: kill() is a crash of the process that delivers.
+                     *([] if "--workers" in extra else ["--workers", "1"]), *extra]
         if config_file:
             self.argv += ["--config", config_file]
         self.ports: dict[str, int] = {}
@@ -97,7 +99,8 @@ class ServerProcess:
         deadline = time.monotonic() + START_TIMEOUT
         buffer = b""
         try:
-            while set(self.ports) != {"smtp", "lmtp"}:
+            # Extra listeners (``--imap-port auto``) are announced before SMTP and LMTP.
+            while not {"smtp", "lmtp"} <= set(self.ports):
                 if time.monotonic() > deadline or self.proc.poll() is not None:
                     self.stop()
                     raise RuntimeError(f"imapserver did not start: {self.stderr()}")

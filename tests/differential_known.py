@@ -16,6 +16,8 @@ import datetime
 import re
 
 from differential import (
+    ALWAYS,
+    PIPELINE_SEPARATOR,
     Event,
     Response,
     answers,
@@ -69,15 +71,22 @@ def _unsolicited_fetch_uid(ours: Event, dovecot: Event) -> bool:
     if name in ("UID", "FETCH", "STORE"):
         return False
     changed = False
-    for r in ours.responses:
-        if r.kind == "data" and len(r.data) == 3 and word(r.data[1]) == b"FETCH" \
-                and isinstance(r.data[2], list):
-            items = r.data[2]
-            names = sorted(word(items[k]) for k in range(0, len(items), 2))
-            if names == [b"FLAGS", b"UID"]:
-                r.data[2] = [x for k in range(0, len(items) - 1, 2)
-                             if word(items[k]) != b"UID" for x in items[k:k + 2]]
-                changed = True
+
+    def fetches(event):
+        return [r for r in event.responses if r.kind == "data" and len(r.data) == 3
+                and word(r.data[1]) == b"FETCH" and isinstance(r.data[2], list)]
+    # Under QRESYNC (RFC 7162 3.2.4) Dovecot sends the UID too: nothing to remove then.
+    if any(word(r.data[2][k]) == b"UID" for r in fetches(dovecot)
+           for k in range(0, len(r.data[2]), 2)):
+        return False
+    for r in fetches(ours):
+        items = r.data[2]
+        names = sorted(word(items[k]) for k in range(0, len(items), 2))
+        # With CONDSTORE enabled the FETCH carries MODSEQ too (RFC 7162 3.1.4.1).
+        if names in ([b"FLAGS", b"UID"], [b"FLAGS", b"MODSEQ", b"UID"]):
+            r.data[2] = [x for k in range(0, len(items) - 1, 2)
+                         if word(items[k]) != b"UID" for x in items[k:k + 2]]
+            changed = True
     return changed
 
 
@@ -127,17 +136,21 @@ def _dovecot_lsub_special_use(ours: Event, dovecot: Event) -> bool:
     return changed
 
 
+def _is_closed(r: Response) -> bool:
+    return r.kind == "status" and bool(r.code) and word(r.code[0]) == b"CLOSED"
+
+
 @deliberate("dovecot-qresync-codes",
-            "Dovecot, which advertises QRESYNC and CONDSTORE, sends '* OK [CLOSED]' when a "
-            "SELECT/EXAMINE closes the previous mailbox (RFC 7162 3.2.11) and 'OK "
-            "[CLIENTBUG]' for STATUS of the selected mailbox; we advertise neither extension "
-            "and RFC 5530 codes are optional. Removed from Dovecot's.")
+            "Dovecot sends 'OK [CLIENTBUG]' for STATUS of the selected mailbox (RFC 5530 codes "
+            "are optional): removed from Dovecot's. '* OK [CLOSED]' when a SELECT/EXAMINE "
+            "closes the previous mailbox (RFC 7162 3.2.11), which both servers send now that "
+            "we advertise QRESYNC, is dropped from both in the scripts that name this entry "
+            "(tests/test_differential_condstore.py compares it).")
 def _dovecot_qresync_codes(ours: Event, dovecot: Event) -> bool:
     before = len(dovecot.responses)
-    dovecot.responses[:] = [r for r in dovecot.responses
-                            if not (r.kind == "status" and r.code and
-                                    word(r.code[0]) == b"CLOSED")]
+    dovecot.responses[:] = [r for r in dovecot.responses if not _is_closed(r)]
     changed = len(dovecot.responses) != before
+    ours.responses[:] = [r for r in ours.responses if not _is_closed(r)]
     for r in dovecot.responses:
         if r.kind == "tagged" and r.code and word(r.code[0]) == b"CLIENTBUG":
             r.code = None
@@ -434,3 +447,251 @@ answers("auth-mechanism-code",
         "AUTHENTICATE with a mechanism we do not offer: NO [CANNOT] (RFC 5530: can never "
         "succeed); Dovecot uses [ALERT].",
         {"AUTHENTICATE UNKNOWN-MECH": (["tag NO [CANNOT]"], ["tag NO [ALERT]"])})
+
+
+def _highestmodseq_code(r: Response) -> bool:
+    return r.kind == "status" and bool(r.code) and word(r.code[0]) == b"HIGHESTMODSEQ"
+
+
+@deliberate("dovecot-lazy-highestmodseq",
+            "At SELECT/EXAMINE we send '* OK [HIGHESTMODSEQ n]' every time, as RFC 7162 "
+            "3.1.2.1 requires of a server with persistent MODSEQs; Dovecot only once some "
+            "client used CONDSTORE on the mailbox (before that it sends neither HIGHESTMODSEQ "
+            "nor NOMODSEQ). Ours is removed where Dovecot's SELECT/EXAMINE has none. Applied "
+            "to every script.")
+def _dovecot_lazy_highestmodseq(ours: Event, dovecot: Event) -> bool:
+    # Each pipelined command keeps its tag: the command name is the second word.
+    parts = [c.split()[:2] for c in ours.sent.split(PIPELINE_SEPARATOR)]
+    if not any(len(w) == 2 and w[1].upper() in ("SELECT", "EXAMINE") for w in parts):
+        return False
+    if any(_highestmodseq_code(r) for r in dovecot.responses):
+        return False
+    before = len(ours.responses)
+    ours.responses[:] = [r for r in ours.responses if not _highestmodseq_code(r)]
+    return len(ours.responses) != before
+
+
+ALWAYS.append("dovecot-lazy-highestmodseq")
+
+
+def _modseq_value(value) -> bool:
+    return isinstance(value, bytes) and value.isdigit()
+
+
+@deliberate("modseq-values",
+            "MOD-SEQUENCE values are each server's own (RFC 7162 3.1: only 'strictly "
+            "increasing' per mailbox; Dovecot gives every message of one STORE the same "
+            "MODSEQ, we one each): HIGHESTMODSEQ codes and STATUS items, FETCH MODSEQ items, "
+            "SEARCH's (MODSEQ n) and ESEARCH's MODSEQ n read '<modseq>' on both sides; "
+            "scripts take the values they send from each server's own earlier answers "
+            "(differential.Recall).")
+def _modseq_values(ours: Event, dovecot: Event) -> bool:
+    changed = False
+    for event in (ours, dovecot):
+        for r in event.responses:
+            if r.code and word(r.code[0]) == b"HIGHESTMODSEQ" and len(r.code) > 1:
+                r.code = [r.code[0], b"<modseq>"]
+                changed = True
+            data = r.data if r.kind == "data" else None
+            if not data:
+                continue
+            first = word(data[0])
+            if first == b"STATUS" and len(data) > 2 and isinstance(data[2], list):
+                items = data[2]
+                for k in range(0, len(items) - 1, 2):
+                    if word(items[k]) == b"HIGHESTMODSEQ":
+                        items[k + 1] = b"<modseq>"
+                        changed = True
+            elif first == b"ESEARCH":
+                for k in range(1, len(data) - 1):
+                    if word(data[k]) == b"MODSEQ" and _modseq_value(data[k + 1]):
+                        data[k + 1] = b"<modseq>"
+                        changed = True
+            elif first == b"SEARCH" and data and isinstance(data[-1], list) \
+                    and len(data[-1]) == 2 and word(data[-1][0]) == b"MODSEQ":
+                data[-1] = [data[-1][0], b"<modseq>"]
+                changed = True
+            elif len(data) == 3 and word(data[1]) == b"FETCH" and isinstance(data[2], list):
+                items = data[2]
+                for k in range(0, len(items) - 1, 2):
+                    if word(items[k]) == b"MODSEQ" and isinstance(items[k + 1], list):
+                        items[k + 1] = [b"<modseq>"]
+                        changed = True
+    return changed
+
+
+@deliberate("preview-stored-at-append",
+            "PREVIEW (LAZY) of a message whose preview was never asked for: we answer the "
+            "preview, computed when the message was stored (RFC 8970 section 3: 'at append'); "
+            "Dovecot computes previews on the first PREVIEW without LAZY and answers NIL until "
+            "then (section 3.1 allows NIL while no preview is at hand). Where Dovecot's PREVIEW "
+            "is NIL in the answer to a LAZY fetch and ours a string, ours is taken.")
+def _preview_stored_at_append(ours: Event, dovecot: Event) -> bool:
+    if "LAZY" not in command_text(ours).upper():
+        return False
+    changed = False
+    for a, b in zip(_fetches(ours), _fetches(dovecot), strict=False):
+        items_a, items_b = a.data[2], b.data[2]
+        for k in range(0, len(items_b) - 1, 2):
+            if word(items_b[k]) != b"PREVIEW" or items_b[k + 1] is not None:
+                continue
+            for j in range(0, len(items_a) - 1, 2):
+                if word(items_a[j]) == b"PREVIEW" and isinstance(items_a[j + 1], bytes):
+                    items_b[k + 1] = items_a[j + 1]
+                    changed = True
+    return changed
+
+
+answers("dovecot-digest-preview",
+        "PREVIEW of a multipart/digest whose first part has no Content-Type: that part is "
+        "message/rfc822 (RFC 2046 5.1.5), and we look into no attached message for a preview "
+        "(as Dovecot does for an explicit message/rfc822), so ours is the first text part "
+        "after it; Dovecot reads the part as text/plain, its header fields included.",
+        {"FETCH 1 PREVIEW": (['* 1 FETCH (PREVIEW "explicitly text")', "tag OK"],
+                             ['* 1 FETCH (PREVIEW "From: one@example.com Subject: first first '
+                              'body")', "tag OK"])})
+
+def _fetches(event: Event) -> list[Response]:
+    """The ``* n FETCH (...)`` responses of ``event``."""
+    return [r for r in event.responses if r.kind == "data" and len(r.data) == 3
+            and word(r.data[1]) == b"FETCH" and isinstance(r.data[2], list)]
+
+
+answers("quota-root-of-unlimited-user",
+        "A user without limits has no quota root: GETQUOTAROOT answers '* QUOTAROOT mailbox' "
+        "with no root (RFC 9208 4.1.2 makes QUOTAROOT a required response; 4.2.2's example "
+        "of a mailbox without a quota root) and GETQUOTA of the root is NO [NONEXISTENT] "
+        "(4.1.1; a QUOTA response needs at least one resource, section 7). Dovecot sends no "
+        "untagged response to either and says OK.",
+        {'GETQUOTAROOT "INBOX"': (["* QUOTAROOT INBOX", "tag OK"], ["tag OK"]),
+         'GETQUOTA "User quota"': (["tag NO [NONEXISTENT]"], ["tag OK"])})
+
+
+# -- BINARY (RFC 3516): tests/test_differential_binary.py -----------------------------------------
+
+def _items(r: Response) -> dict[bytes, object]:
+    items = r.data[2]
+    return {word(items[k]).upper(): items[k + 1] for k in range(0, len(items) - 1, 2)}
+
+
+@deliberate("dovecot-unknown-cte-uid",
+            "A BINARY.SIZE (or BINARY) whose part has an encoding neither server can decode: "
+            "both end NO [UNKNOWN-CTE] (RFC 3516 4.2); Dovecot also sends a FETCH holding only "
+            "the UID for that message in a FETCH that did not ask for UIDs, we send no FETCH "
+            "for it (it has nothing asked for to carry). Dovecot's UID-only FETCH is dropped.")
+def _dovecot_unknown_cte_uid(ours: Event, dovecot: Event) -> bool:
+    a, b = _tagged(ours), _tagged(dovecot)
+    if a is None or b is None or b.code != [b"UNKNOWN-CTE"] or a.code != b.code:
+        return False
+    if "UID" in command_text(ours).upper().split():
+        return False
+    before = len(dovecot.responses)
+    dovecot.responses[:] = [r for r in dovecot.responses
+                            if not (r in _fetches(dovecot) and list(_items(r)) == [b"UID"])]
+    return len(dovecot.responses) != before
+
+
+@deliberate("binary-section-grammar",
+            "BINARY[1.MIME], BINARY[HEADER], BINARY[TEXT] and BINARY.SIZE[1]<0.2>: BAD here, "
+            "as RFC 3516 section 8 has section-binary = \"[\" [section-part] \"]\" and no partial "
+            "for BINARY.SIZE; Dovecot answers them (as BODY[] would, or ignoring the partial). "
+            "Where ours is BAD and Dovecot's OK for such an item, ours is taken.")
+def _binary_section_grammar(ours: Event, dovecot: Event) -> bool:
+    text = command_text(ours).upper()
+    if not re.search(r"BINARY(\.PEEK)?\[[0-9.]*[A-Z]|BINARY\.SIZE\[[0-9.]*\]<", text):
+        return False
+    a, b = _tagged(ours), _tagged(dovecot)
+    if a is None or b is None or a.status != b"BAD" or b.status != b"OK":
+        return False
+    dovecot.responses[:] = ours.responses
+    return True
+
+
+@deliberate("dovecot-strict-base64",
+            "A base64 part with characters outside the alphabet (spaces, '*', '!') and split "
+            "padding: decoded here, the other characters ignored (RFC 2045 6.8: 'Any characters "
+            "outside of the base64 alphabet are to be ignored'), as Python's b64decode does; "
+            "Dovecot refuses the FETCH with NO [PARSE]. Where Dovecot says NO [PARSE] to a "
+            "BINARY fetch that we answer, ours is taken.")
+def _dovecot_strict_base64(ours: Event, dovecot: Event) -> bool:
+    a, b = _tagged(ours), _tagged(dovecot)
+    if "BINARY" not in command_text(ours).upper() or a is None or b is None:
+        return False
+    if a.status != b"OK" or (b.status, b.code) != (b"NO", [b"PARSE"]):
+        return False
+    dovecot.responses[:] = ours.responses
+    return True
+
+
+@deliberate("dovecot-binary-rfc822-part",
+            "BINARY[n] of a message/rfc822 part: ours is the part's body as BODY[n] frames it "
+            "(the CRLF before the next boundary belongs to the boundary, RFC 2046 5.1.1) with "
+            "its leaves decoded, and BINARY.SIZE[n] its length; Dovecot's BINARY[n] carries "
+            "that CRLF as well and its BINARY.SIZE[n] counts something else (123 for 233 "
+            "octets sent). Where Dovecot's octets are ours plus CRLF, ours (and our size, "
+            "which equals our octets' count) are taken.")
+def _dovecot_binary_rfc822_part(ours: Event, dovecot: Event) -> bool:
+    changed = False
+    for a, b in zip(_fetches(ours), _fetches(dovecot), strict=False):
+        ia, ib = _items(a), _items(b)
+        for name, value in ia.items():
+            m = re.fullmatch(rb"BINARY\[([0-9.]+)\]", name)
+            other = ib.get(name)
+            if m is None or not isinstance(value, bytes) or other != value + b"\r\n":
+                continue
+            size = b"BINARY.SIZE[" + m.group(1) + b"]"
+            if size in ia and ia[size] != b"%d" % len(value):
+                continue
+            items = b.data[2]
+            for k in range(0, len(items) - 1, 2):
+                key = word(items[k]).upper()
+                if key == name:
+                    items[k + 1] = value
+                elif key == size and size in ia:
+                    items[k + 1] = ia[size]
+            changed = True
+    return changed
+
+
+@deliberate("binary-append-stored-as-sent",
+            "A message APPENDed as a literal8 (RFC 3516 4.3) is stored as sent: BODY[] gives its "
+            "octets back (NUL as 0x80, as for any message: a literal cannot carry NUL) with its "
+            "Content-Transfer-Encoding: binary; Dovecot re-encodes binary parts in base64 when "
+            "it stores them (so its BODY[] and RFC822.SIZE differ). BINARY[] is the same on "
+            "both. Where Dovecot's BODY[...] is ours with the binary part in base64, and its "
+            "RFC822.SIZE that message's size, ours are taken.")
+def _binary_append_stored_as_sent(ours: Event, dovecot: Event) -> bool:
+    import base64
+    changed = False
+    for a, b in zip(_fetches(ours), _fetches(dovecot), strict=False):
+        ia, ib = _items(a), _items(b)
+        body = ib.get(b"BODY[]")
+        if isinstance(body, bytes) and isinstance(ia.get(b"BODY[]"), bytes):
+            head, sep, rest = body.partition(b"\r\n\r\n")
+            try:
+                decoded = base64.b64decode(rest)
+            except ValueError:
+                continue
+            ours_body = ia[b"BODY[]"]
+            want = head.replace(b"Content-Transfer-Encoding: base64",
+                                b"Content-Transfer-Encoding: binary") + sep + decoded
+            if want.replace(b"\x00", b"\x80") != ours_body:
+                continue
+            for k in range(0, len(b.data[2]) - 1, 2):
+                key = word(b.data[2][k]).upper()
+                if key in (b"BODY[]", b"RFC822.SIZE") and key in ia:
+                    b.data[2][k + 1] = ia[key]
+            changed = True
+        for name, value in ib.items():
+            if re.fullmatch(rb"BODY\[[0-9.]+\]", name) and isinstance(value, bytes) and \
+                    isinstance(ia.get(name), bytes):
+                try:
+                    same = base64.b64decode(value).replace(b"\x00", b"\x80") == ia[name]
+                except ValueError:
+                    continue
+                if same:
+                    for k in range(0, len(b.data[2]) - 1, 2):
+                        if word(b.data[2][k]).upper() == name:
+                            b.data[2][k + 1] = ia[name]
+                    changed = True
+    return changed

@@ -38,9 +38,13 @@ class ServerProcess:
         return self.start()
 
     def start(self) -> ServerProcess:
+        # One process unless a test asks for workers: the tests that read the server's PID
+        # (memory, signals) or SIGKILL it as a crash mean that process (tests/test_workers.py
+        # covers the supervisor).
+        workers = [] if "--workers" in self.extra else ["--workers", "1"]
         cmd = [*self.wrapper, sys.executable, "-m", "imapserver.main",
                "--data-dir", self.data_dir, "--imap-port", "auto", "--imaps-port", "0",
-               "--smtp-port", "0", "--lmtp-port", "0", *self.extra]
+               "--smtp-port", "0", "--lmtp-port", "0", *workers, *self.extra]
         if self.config:
             cmd += ["--config", self.config]
         env = dict(os.environ, PYTHONUNBUFFERED="1")

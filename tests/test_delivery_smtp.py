@@ -217,3 +217,29 @@ def test_rset_forgets_the_recipients(store, smtp):
     smtp.rset()
     smtp.sendmail("c@example.org", ["alice@example.com"], message(13))
     assert len(stored(store, "alice")) == 1 and stored(store, "bob") == []
+
+
+def test_unterminated_angle_address_is_refused_as_malformed(store, server):
+    """RFC 5321 4.1.2: a Path is "<" ... ">"; ``MAIL FROM:< `` (found by tests/test_fuzz.py)
+    is a syntax error, 501 (4.2.2), not a 500 naming a Python exception."""
+    replies = raw_session(server.ports["smtp"], [
+        b"EHLO client\r\n", b"MAIL FROM:< \r\n", b"MAIL FROM:<c@example.org>\r\n",
+        b"RCPT TO:<\r\n", b"RCPT TO:< \r\n", b"QUIT\r\n"])
+    assert [r[:9] for r in replies[-5:]] == [
+        b"501 5.1.7", b"250 OK\r\n", b"501 5.1.3", b"501 5.1.3", b"221 Bye\r\n"], replies
+
+
+def test_addresses_and_helo_that_are_not_utf8(store, server):
+    """RFC 5321 4.1.2 (addresses are ASCII) and RFC 6531 3.3 (or UTF-8): an address holding
+    other 8-bit bytes is refused as malformed, 501, instead of a 500 naming a Python exception
+    (found by tests/test_fuzz.py).  A HELO name of such bytes is written into the Received
+    field (RFC 5321 4.4) with them escaped, and the message is delivered."""
+    replies = raw_session(server.ports["smtp"], [
+        b"HELO \xff\r\n", b"MAIL FROM:<\xf2@example.org>\r\n", b"MAIL FROM:<c@example.org>\r\n",
+        b"RCPT TO:<\xf2@example.com>\r\n", b"RCPT TO:<alice@example.com>\r\n", b"DATA\r\n",
+        b"Subject: x\r\n\r\nbody\r\n.\r\n", b"QUIT\r\n"])
+    assert [r[:9] for r in replies[2:8]] == [
+        b"501 5.1.7", b"250 OK\r\n", b"501 5.1.3", b"250 2.1.5", b"354 End d", b"250 2.0.0"
+    ], replies
+    (got,) = stored(store, "alice")
+    assert b"Received: from \\xff ([127.0.0.1])" in got

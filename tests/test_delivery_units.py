@@ -75,6 +75,30 @@ def test_protocol_keywords():
     assert trace.protocol_keyword(False, True, True) == "UTF8SMTP"
 
 
+def test_protocol_keywords_after_starttls():
+    """RFC 3848 (ESMTPS, LMTPS) and RFC 6531 3.7.3 (UTF8SMTPS, UTF8LMTPS): S for STARTTLS,
+    which is an ESMTP extension, so a TLS session is ESMTPS even if HELO followed it."""
+    assert trace.protocol_keyword(True, True, False, True) == "LMTPS"
+    assert trace.protocol_keyword(True, True, True, True) == "UTF8LMTPS"
+    assert trace.protocol_keyword(False, True, False, True) == "ESMTPS"
+    assert trace.protocol_keyword(False, False, False, True) == "ESMTPS"
+    assert trace.protocol_keyword(False, True, True, True) == "UTF8SMTPS"
+
+
+def test_trace_fields_after_starttls_name_the_cipher():
+    """RFC 5321 4.4 allows comments in Received; the TLS version and cipher are written as
+    Postfix writes them, from the session's TLS information."""
+    tls = trace.tls_comment({"cipher": ("TLS_AES_256_GCM_SHA384", "TLSv1.3", 256)})
+    assert tls == "using TLSv1.3 with cipher TLS_AES_256_GCM_SHA384 (256/256 bits)"
+    assert trace.tls_comment(None) is None
+    fields = trace.trace_fields(sender="<>", recipients=["a@example.com", "b@example.com"],
+                                helo="mx", peer="192.0.2.1", hostname="store",
+                                protocol="ESMTPS", delivery="ID3", tls=tls)
+    assert fields.startswith(b"Return-Path: <>\r\nReceived: from mx ([192.0.2.1])\r\n"
+                             b"\t(using TLSv1.3 with cipher TLS_AES_256_GCM_SHA384 "
+                             b"(256/256 bits))\r\n\tby store with ESMTPS id ID3; ")
+
+
 def test_store_errors_map_to_reply_codes():
     """RFC 3463: 4.2.2/5.2.2 mailbox full, 5.3.4 too big, 5.1.1 bad mailbox, 4.3.0 system."""
     def code(exc, policy="452"):

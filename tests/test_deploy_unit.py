@@ -93,11 +93,14 @@ def restricted() -> list[str]:
             sys.executable, "-m", "tests.sandbox", UNIT, "--"]
 
 
-def test_server_works_under_the_units_restrictions(unprivileged_dir):
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_server_works_under_the_units_restrictions(unprivileged_dir, workers):
     """Under the unit's system call filter, RestrictAddressFamilies, an empty capability
     bounding set and an unprivileged user: mailadmin creates a user, then the
     server delivers over LMTP, serves IMAP with STARTTLS and on the implicit-TLS port, serves
-    metrics, and stops cleanly on SIGTERM.  A filtered system call would kill it (SIGSYS)."""
+    metrics, and stops cleanly on SIGTERM.  A filtered system call would kill it (SIGSYS).
+    As one process and as the default (workers = auto) runs on this 2-core machine: a
+    supervisor that starts its workers (fork, exec) and forwards signals under the filter."""
     base = unprivileged_dir
     cert, key = make_cert(base)
     conf = os.path.join(base, "imapserver.conf")
@@ -113,9 +116,12 @@ def test_server_works_under_the_units_restrictions(unprivileged_dir):
     assert added.returncode == 0, added.stderr
 
     server = ServerProcess(data_dir, "--imaps-port", "auto", "--lmtp-port", "auto",
-                           "--metrics-port", "auto", config=conf, wrapper=restricted())
+                           "--metrics-port", "auto", "--workers", workers, config=conf,
+                           wrapper=restricted())
     server.start()
     try:
+        if workers != "1":
+            assert server.wait_output(rb"workers_ready", timeout=30).count(b"worker_ready") == 2
         pid = server.proc.pid
         with open(f"/proc/{pid}/status") as f:
             status = dict(line.split(":\t", 1) for line in f.read().splitlines())

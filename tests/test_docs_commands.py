@@ -257,6 +257,44 @@ def test_postfix_store_side_config_loads_and_its_swaks_check_delivers(tmp_path):
     assert re.search(wanted, out.stdout), (wanted, out.stdout)
 
 
+def test_postfix_lmtp_over_starttls_config_and_its_swaks_check(tmp_path):
+    """docs/postfix.md's network LMTP block (the second ``ini`` one) is a valid configuration
+    whose certificate the LMTP listener offers with STARTTLS (RFC 2033, RFC 3207), and its
+    ``swaks --tls --tls-verify`` check, run as written (the host, port and CA file of this
+    test put in), shows the lines the document shows."""
+    from tests.tlscert import make_cert
+
+    text = read("docs/postfix.md")
+    ini = re.findall(r"^```ini\n(.*?)^```", text, re.M | re.S)[1]
+    cert, key = make_cert(str(tmp_path))
+    ini = (ini.replace("/etc/hbase-imap/tls.crt", cert).replace("/etc/hbase-imap/tls.key", key)
+           .replace("host = 192.0.2.10", "host = 127.0.0.1"))
+    conf = tmp_path / "imapserver.conf"
+    conf.write_text(ini)
+    cfg = configmod.load(str(conf))
+    assert cfg["imap"]["tls_cert"] == cert and cfg["delivery"]["lmtp_port"] == 2424
+    data_dir = str(tmp_path / "store")
+    assert run("user", "add", "alice", data_dir=data_dir,
+               extra=("--config", str(conf))).returncode == 0
+    swaks, shown = next((cmd, out) for cmd, out in examples(text) if "--tls" in cmd)
+    with ServerProcess(data_dir, "--lmtp-port", "auto", config=str(conf)) as server:
+        port = server.ports["lmtp"]
+        command = (swaks.replace("--server store.example.com", "--server 127.0.0.1")
+                   .replace("--port 2424", f"--port {port}")
+                   .replace("/etc/postfix/store-ca.pem", cert))
+        assert command.count(cert) == 1 and f"--port {port}" in command
+        out = subprocess.run(["bash", "-c", command], capture_output=True, text=True,
+                             timeout=60, env=shell_env(tmp_path, FRESH_PATH))
+    assert out.returncode == 0, out.stdout + out.stderr
+    for line in shown:
+        if line == "...":
+            continue
+        wanted = re.escape(line)
+        wanted = re.sub(r"TLSv1\\.3:TLS_AES_256_GCM_SHA384:256", r"TLSv1\\.[23]:\\S+", wanted)
+        wanted = re.sub(r"0C4B5E7A3D2F1890", "[0-9A-F]{16}", wanted)
+        assert re.search(wanted, out.stdout), (wanted, out.stdout)
+
+
 def test_postfix_log_search_is_journald_and_matches_the_line_shown():
     """Debian 12 without rsyslog has no /var/log/mail.log: the document searches the journal
     of Postfix's instance units, and its pattern (journalctl --grep, PCRE2; this one is

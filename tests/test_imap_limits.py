@@ -69,7 +69,7 @@ def client(server):
 
 def fresh_mailbox(c: Client, name: str) -> None:
     c.cmd("fd", f"DELETE {name}")
-    assert c.cmd("fc", f"CREATE {name}")[-1] == b"fc OK CREATE completed"
+    assert c.cmd("fc", f"CREATE {name}")[-1].startswith(b"fc OK [MAILBOXID (")  # RFC 8474
 
 
 def append(c: Client, mailbox: str, data: bytes) -> int:
@@ -200,6 +200,23 @@ def test_too_large_literal_is_refused_before_it_is_read(server, client):
         b"a3 NO [TOOBIG] Literal larger than %d octets" % MAX_LITERAL]
     assert client.cmd("a4", "NOOP") == [b"a4 OK NOOP completed"]
     assert status(client, "Big") == 0
+
+
+def test_literal_plus_has_no_4096_octet_limit(server, client):
+    """RFC 7888 5: only LITERAL- limits non-synchronizing literals to 4096 octets; we advertise
+    LITERAL+ (never both, 5), so a {n+} literal of any size up to the literal limit is taken
+    -- in APPEND, and in any other command -- without a continuation request."""
+    caps = client.cmd("c", "CAPABILITY")[0].split()
+    assert b"LITERAL+" in caps and b"LITERAL-" not in caps
+    fresh_mailbox(client, "Plus")
+    raw = message(1, size=50_000)
+    assert len(raw) > 4096
+    client.send(b"a1 APPEND Plus {%d+}\r\n%s\r\n" % (len(raw), raw))
+    assert client.until_tagged("a1")[-1].startswith(b"a1 OK [APPENDUID")
+    client.send(b"a2 SELECT Plus\r\na3 SEARCH BODY {5000+}\r\n%s\r\n" % (b"x" * 5000))
+    lines = client.until_tagged("a3")
+    assert lines[-1].startswith(b"a3 OK") and b"* SEARCH" in lines
+    assert not any(line.startswith(b"+") for line in lines)
 
 
 def test_message_size_limit(server, client):

@@ -603,13 +603,16 @@ def test_rfc822_items_are_sections():
 
 
 @pytest.mark.parametrize("spec", [
-    b"BINARY[1]", b"BODY[MIME]", b"BODY[]<5>", b"BODY[]<5.>", b"BODY[]<.5>", b"BODY[]<a.b>",
+    b"BINARY[1.MIME]", b"BINARY[HEADER]", b"BINARY.SIZE[1]<0.2>", b"BINARY[1]<0>",
+    b"BINARY.PEEK", b"BINARY[0]", b"BODY[MIME]", b"BODY[]<5>", b"BODY[]<5.>", b"BODY[]<.5>",
+    b"BODY[]<a.b>",
     b"BODY[]<1.4294967296>", b"BODY[]x", b"BODY.PEEK", b"FLAGSX", b"(FLAGS FAST)", b"()",
-    b'("FLAGS")', b"BODY.PEEKS[]", b"MODSEQ",
+    b'("FLAGS")', b"BODY.PEEKS[]", b"MODSEQS",
 ])
 def test_invalid_items(spec):
-    """Anything outside RFC 3501's fetch-att is a BAD (MODSEQ belongs to CONDSTORE, BINARY to
-    RFC 3516, neither offered here)."""
+    """Anything outside RFC 3501's fetch-att, RFC 7162's MODSEQ and RFC 3516's BINARY items
+    is a BAD (RFC 3516 section 8: section-binary is a part number only, and BINARY.SIZE takes
+    no partial)."""
     with pytest.raises(ValueError):
         parse_fetch_items(fetch_spec(spec))
 

@@ -130,6 +130,52 @@ def test_starttls_then_login_works(strict, certs):
         c.close()
 
 
+def test_command_in_the_segment_of_the_tls_finished_is_answered(strict, certs):
+    """RFC 3501 6.2.1, RFC 8446 4.6.1: under TLS 1.3 the client's handshake ends with its
+    Finished, and it may send its first command at once, while the server's post-handshake
+    NewSessionTicket messages are still on their way.  Here the CAPABILITY command travels in
+    the same TCP segment as the client's Finished and the tickets are not read before it is
+    sent (what imaplib2, and so offlineimap, does after STARTTLS): the server must take the
+    command and answer it, with the post-STARTTLS capabilities, inside TLS."""
+    c = Client(strict.port)
+    try:
+        assert c.cmd("tls", "STARTTLS")[-1] == b"tls OK Begin TLS negotiation now"
+        incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
+        context = tls_context(certs)
+        context.minimum_version = ssl.TLSVersion.TLSv1_3
+        tls = context.wrap_bio(incoming, outgoing, server_hostname="localhost")
+        with pytest.raises(ssl.SSLWantReadError):
+            tls.do_handshake()
+        c.send(outgoing.read())  # ClientHello
+        while True:  # the server's flight, up to its Finished
+            data = c.sock.recv(65536)
+            assert data, "server closed during the handshake"
+            incoming.write(data)
+            try:
+                tls.do_handshake()
+                break
+            except ssl.SSLWantReadError:
+                continue
+        assert tls.version() == "TLSv1.3"
+        tls.write(b"cap CAPABILITY\r\n")
+        c.send(outgoing.read())  # Finished and the command, in one write
+        plain = b""
+        while not plain.endswith(b"cap OK CAPABILITY completed\r\n"):
+            data = c.sock.recv(65536)
+            assert data, f"connection closed; got {plain!r}"
+            incoming.write(data)
+            try:
+                while True:
+                    plain += tls.read(65536)
+            except ssl.SSLWantReadError:
+                pass
+        caps = plain.split(b"\r\n")[0].split()
+        assert caps[:2] == [b"*", b"CAPABILITY"] and b"AUTH=PLAIN" in caps, plain
+        assert b"STARTTLS" not in caps and b"LOGINDISABLED" not in caps
+    finally:
+        c.close()
+
+
 def test_implicit_tls_port(strict, certs):
     """RFC 8314 3.2: IMAP over implicit TLS; the session starts protected, so no STARTTLS and
     no LOGINDISABLED are offered, and LOGIN works at once."""

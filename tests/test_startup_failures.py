@@ -31,10 +31,22 @@ DEADLINE = 30.0
 """Seconds after which a process still running is a failure (it would never have exited)."""
 
 
+WORKERS = ["1"]
+
+
+@pytest.fixture(autouse=True, params=["1", "2"], ids=["one-process", "two-workers"])
+def workers(request):
+    """Every case with one process and with a supervisor of two workers, where the parent
+    checks and binds everything before any worker exists (imapserver.workers)."""
+    WORKERS[0] = request.param
+    yield request.param
+    WORKERS[0] = "1"
+
+
 def server_cmd(data_dir, *extra: str) -> list[str]:
     return [sys.executable, "-m", "imapserver.main", "--data-dir", str(data_dir),
             "--imap-port", "auto", "--imaps-port", "0", "--smtp-port", "0", "--lmtp-port", "0",
-            *extra]
+            "--workers", WORKERS[0], *extra]
 
 
 def run_until_exit(cmd: list[str], **popen) -> tuple[int, str, float]:
@@ -151,6 +163,27 @@ def test_key_that_does_not_match_the_certificate(tmp_path, certs):
     conf = tls_config(tmp_path / "tls.conf", certs[0], other[1])
     assert_fails_fast(server_cmd(tmp_path / "store", "--imaps-port", "auto", "--config", conf),
                       "imapserver: cannot start:")
+
+
+def test_delivery_alone_checks_the_certificate(tmp_path, certs):
+    """The SMTP/LMTP STARTTLS (RFC 3207) loads the [imap] pair too: with IMAP off, a key that
+    does not match the certificate still stops start-up, before any port is announced."""
+    other = make_cert(str(tmp_path))
+    conf = tls_config(tmp_path / "tls.conf", certs[0], other[1])
+    cmd = server_cmd(tmp_path / "store", "--imap-port", "0", "--lmtp-port", "auto",
+                     "--config", conf)
+    output = assert_fails_fast(cmd, "imapserver: cannot start:")
+    assert "listening on" not in output
+
+
+def test_require_starttls_without_a_certificate(tmp_path):
+    """smtp_require_starttls = yes without [imap] tls_cert cannot be honoured: it stops
+    start-up rather than serve SMTP in the clear."""
+    conf = tmp_path / "req.conf"
+    conf.write_text("[delivery]\nsmtp_require_starttls = yes\n")
+    assert_fails_fast(server_cmd(tmp_path / "store", "--smtp-port", "auto", "--config",
+                                 str(conf)),
+                      "imapserver: cannot start: [delivery] smtp_require_starttls = yes needs")
 
 
 # -- the store -------------------------------------------------------------------------------

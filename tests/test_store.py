@@ -362,3 +362,29 @@ def test_expunge_of_deleted_only_keeps_what_lost_its_deleted_flag(store, alice):
     store.store_flags(inbox, [uids[1]], ["\\Deleted"], "remove")
     assert store.expunge(inbox, uids, only_deleted=True) == [uids[0], uids[2]]
     assert store.uids(inbox) == [uids[1]]
+
+
+def test_quota_usage_and_deleted_usage(store, alice):
+    """RFC 9208 4.1.1/4.1.4 from the store's side: a user's limits and what they use (over all
+    their mailboxes), and what an EXPUNGE would free in one mailbox (\\Deleted messages, their
+    octets, as read from the rows, not from a stale index)."""
+    usage = store.quota(alice)
+    assert not usage.limited and usage.storage_used == 0
+    sizes = []
+    for n, mailbox in enumerate(("INBOX", "INBOX", "Archive")):
+        raw = message(n, size=1000 + 100 * n)
+        sizes.append(len(raw))
+        store.append(alice, mailbox, raw, ["\\Deleted"] if n == 1 else [])
+    store.set_quota(alice, 100_000, None)
+    usage = store.quota(alice)
+    assert (usage.storage_used, usage.storage_limit) == (sum(sizes), 100_000)
+    assert (usage.messages_used, usage.message_limit) == (3, None) and usage.limited
+    inbox = store.mailbox(alice, "INBOX")
+    assert store.deleted_usage(inbox) == (1, sizes[1])
+    store.store_flags(inbox, [1], ["\\Deleted"], "add")
+    assert store.deleted_usage(inbox) == (2, sizes[0] + sizes[1])
+    store.store_flags(inbox, [2], ["\\Deleted"], "remove")
+    assert store.deleted_usage(inbox) == (1, sizes[0])
+    assert store.deleted_usage(store.mailbox(alice, "Archive")) == (0, 0)
+    with pytest.raises(NotFound):
+        store.quota("nobody")

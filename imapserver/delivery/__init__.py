@@ -4,15 +4,17 @@
 one Twisted's asyncio reactor runs), next to IMAP.  A message is stored by
 :meth:`MailStore.deliver` in a worker thread and acknowledged only once it is committed; see
 ``handler`` for the replies, ``transaction`` for the all-or-nothing rules, ``trace`` for the
-header fields added, docs/postfix.md for feeding the store from Postfix.
+header fields added, docs/postfix.md for feeding the store from Postfix.  Both listeners offer
+STARTTLS (RFC 3207) with the IMAP certificate when one is configured; see ``protocol``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import socket
+import ssl
 
-from ..services import listen_port
+from ..services import INHERITED, inherited, listen_port
 from .handler import DeliveryHandler, Settings
 from .protocol import StoreLMTP, StoreSMTP
 
@@ -59,10 +61,15 @@ def start(store, cfg, reactor, loop: asyncio.AbstractEventLoop, announce) -> lis
                         plus_addressing=section["plus_addressing"],
                         over_quota_code=section["over_quota_code"])
     limit = cfg["store"]["max_message_size"]
+    # Loaded before any socket is bound: a missing or broken certificate stops start-up.
+    context = check_tls(cfg)
+    require_tls = section["smtp_require_starttls"]
     wanted = []
     for name, key, protocol, lmtp in (("smtp", "smtp_port", StoreSMTP, False),
                                       ("lmtp", "lmtp_port", StoreLMTP, True)):
         port = listen_port(section[key])
+        if INHERITED is not None:  # a worker: serve what the supervisor opened
+            port = inherited(name)
         if port is not None:
             wanted.append((name, port, protocol, lmtp))
     # Every socket is bound before any serves: if one cannot be (a port in use), the others
@@ -70,6 +77,11 @@ def start(store, cfg, reactor, loop: asyncio.AbstractEventLoop, announce) -> lis
     sockets: list[socket.socket] = []
     try:
         for _name, port, _protocol, _lmtp in wanted:
+            if INHERITED is not None:  # ``port`` is the inherited socket's descriptor
+                sock = socket.socket(fileno=port)
+                sock.setblocking(False)
+                sockets.append(sock)
+                continue
             sockets.append(_listen(section["host"], port))
     except BaseException:
         for sock in sockets:
@@ -83,7 +95,8 @@ def start(store, cfg, reactor, loop: asyncio.AbstractEventLoop, announce) -> lis
         def factory(protocol=protocol, handler=handler, connections=connections, lmtp=lmtp):
             return protocol(handler, line_length_limit=limit + 1024, connections=connections,
                             data_size_limit=limit, enable_SMTPUTF8=True,
-                            hostname=settings.hostname,
+                            hostname=settings.hostname, tls_context=context,
+                            require_starttls=require_tls and not lmtp,
                             ident=f"{'LMTP' if lmtp else 'ESMTP'} imapserver", loop=loop)
 
         # The socket already listens; create_server only starts accepting from it.
@@ -94,13 +107,40 @@ def start(store, cfg, reactor, loop: asyncio.AbstractEventLoop, announce) -> lis
     return listeners
 
 
-def _listen(host: str, port: int) -> socket.socket:
+def check_tls(cfg) -> ssl.SSLContext | None:
+    """The STARTTLS context (see tls_context), after checking the settings that need one.
+
+    Raises ValueError for ``smtp_require_starttls = yes`` without a certificate: aiosmtpd would
+    silently drop the requirement."""
+    context = tls_context(cfg)
+    if cfg["delivery"]["smtp_require_starttls"] and context is None:
+        raise ValueError("[delivery] smtp_require_starttls = yes needs [imap] tls_cert")
+    return context
+
+
+def tls_context(cfg) -> ssl.SSLContext | None:
+    """The server context for STARTTLS from ``[imap] tls_cert``/``tls_key`` (PEM; an empty
+    key means the key is in the certificate file), or None when no certificate is set.
+
+    Raises OSError or ssl.SSLError for a file that is missing, unreadable, not PEM, or a key
+    that does not match the certificate.  No client certificate is asked for: an SMTP server
+    must not require one (RFC 3207 4.1), and the store authenticates nobody at delivery.
+    """
+    cert, key = cfg["imap"]["tls_cert"], cfg["imap"]["tls_key"]
+    if not cert:
+        return None
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(cert, key or None)
+    return context
+
+
+def _listen(host: str, port: int, backlog: int = 128) -> socket.socket:
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind((host, port))
-        sock.listen(128)
+        sock.listen(backlog)
         sock.setblocking(False)
     except OSError as exc:
         sock.close()

@@ -48,10 +48,15 @@ class DeliveryHandler:
     async def handle_EHLO(self, server, session, envelope, hostname, responses):
         # Commands are read one after another from the stream, so pipelined ones are safe
         # (RFC 2920); an MTA such as Postfix only pipelines when it sees this.
+        # AUTH is left out: aiosmtpd offers it after STARTTLS, but nobody can log in here.
         session.host_name = hostname
-        return [*responses[:-1], "250-PIPELINING", responses[-1]]
+        offered = [r for r in responses[:-1] if not r.startswith("250-AUTH")]
+        return [*offered, "250-PIPELINING", responses[-1]]
 
     async def handle_MAIL(self, server, session, envelope, address, mail_options):
+        """Refuse a reverse-path holding bytes that are not UTF-8 (RFC 5321 4.1.2, RFC 6531)."""
+        if not _is_utf8(address):
+            return replies.MALFORMED_SENDER
         # What aiosmtpd does without this hook, and the start of the transaction's clock.
         envelope.mail_from = address
         envelope.mail_options.extend(mail_options)
@@ -75,6 +80,8 @@ class DeliveryHandler:
 
     async def _check_recipient(self, address: str) -> tuple[str, tuple[str, str] | None]:
         """The reply to RCPT ``address``, and its (user, mailbox) if it is accepted."""
+        if not _is_utf8(address):  # RFC 5321 4.1.2, RFC 6531: ASCII or UTF-8
+            return replies.MALFORMED_RCPT, None
         try:
             parsed = parse_recipient(address, self.settings.domains,
                                      self.settings.plus_addressing)
@@ -135,8 +142,8 @@ class DeliveryHandler:
             recipients=list(dict.fromkeys(envelope.rcpt_tos)),
             helo=session.host_name, peer=_peer_ip(session), hostname=self.settings.hostname,
             protocol=trace.protocol_keyword(self.lmtp, session.extended_smtp,
-                                            envelope.smtp_utf8),
-            delivery=delivery)
+                                            envelope.smtp_utf8, session.ssl is not None),
+            delivery=delivery, tls=trace.tls_comment(session.ssl))
         source = header + trace.crlf(envelope.original_content)
         try:
             results = await asyncio.to_thread(timed_store_call, "deliver", deliver_message,
@@ -198,6 +205,16 @@ def _targets(envelope) -> list[tuple[str, str]]:
     if targets is None:
         targets = envelope.delivery_targets = []
     return targets
+
+
+def _is_utf8(text: str) -> bool:
+    """False for text holding bytes that are not UTF-8: aiosmtpd decodes a command's argument
+    with ``surrogateescape``, and a reply echoing such an address cannot be encoded."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _peer_ip(session) -> str | None:

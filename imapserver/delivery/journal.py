@@ -110,6 +110,7 @@ def log_transaction(log: Logger, protocol: str, session, envelope) -> None:
         queue_id=record.queue_id,
         remote=peer[0] if isinstance(peer, tuple) and peer else None,
         helo=getattr(session, "host_name", None),
+        tls=getattr(session, "ssl", None) is not None,
         sender=envelope.mail_from,
         recipients=[r.fields() for r in record.recipients],
         size=record.size,

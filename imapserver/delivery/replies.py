@@ -19,6 +19,12 @@ TOO_MANY_RCPTS = "452 4.5.3 Too many recipients"
 TOO_LARGE = "552 5.3.4 Message too big for system"
 LINE_TOO_LONG = "500 5.5.6 Line too long"
 TRY_AGAIN = "451 4.3.0 Temporary storage failure, try again later"
+# STARTTLS (RFC 3207 4, enhanced codes as Dovecot and Postfix send them).
+TLS_FIRST = "530 5.7.0 Must issue a STARTTLS command first"
+TLS_UNAVAILABLE = "502 5.5.1 TLS is not available"
+TLS_ACTIVE = "502 5.5.1 TLS is already active"
+STARTTLS_SYNTAX = "501 5.5.4 Syntax: STARTTLS"
+TLS_FAILED = "421 4.7.0 TLS handshake failed"
 
 
 # Why a recipient was refused, by the enhanced status code of the reply: the ``reason`` label

@@ -32,24 +32,52 @@ def delivery_id() -> str:
     return secrets.token_hex(8).upper()
 
 
-def protocol_keyword(lmtp: bool, extended: bool, utf8: bool) -> str:
-    """The ``with`` keyword of ``Received`` (RFC 3848, RFC 6531 3.7.3)."""
+def protocol_keyword(lmtp: bool, extended: bool, utf8: bool, tls: bool = False) -> str:
+    """The ``with`` keyword of ``Received`` (RFC 3848, RFC 6531 3.7.3): an ``S`` at the end
+    when the message came over TLS after STARTTLS (``ESMTPS``, ``LMTPS``, ``UTF8SMTPS``)."""
     if lmtp:
-        return "UTF8LMTP" if utf8 else "LMTP"
-    if utf8:
-        return "UTF8SMTP"
-    return "ESMTP" if extended else "SMTP"
+        keyword = "UTF8LMTP" if utf8 else "LMTP"
+    elif utf8:
+        keyword = "UTF8SMTP"
+    elif extended or tls:  # STARTTLS is an extension: a TLS session began with EHLO
+        keyword = "ESMTP"
+    else:
+        return "SMTP"
+    return keyword + "S" if tls else keyword
+
+
+def tls_comment(ssl_info: dict | None) -> str | None:
+    """What ``Received`` says of the TLS session, in Postfix's words (``using TLSv1.3 with
+    cipher TLS_AES_256_GCM_SHA384 (256/256 bits)``), or None without TLS.
+
+    ``ssl_info`` is aiosmtpd's ``session.ssl``: the TLS transport's extra info (``cipher`` is
+    the stdlib's (name, protocol, secret bits) triple).
+    """
+    if not ssl_info:
+        return None
+    cipher = ssl_info.get("cipher")
+    if not cipher:
+        return "using TLS"
+    name, version, bits = cipher
+    return f"using {version} with cipher {name} ({bits}/{bits} bits)"
+
+
+def _printable(name: str) -> str:
+    """A client-given name with the bytes that are not UTF-8 (kept by aiosmtpd as surrogates)
+    written as ``\\xNN``: the HELO name is recorded as sent, not refused (RFC 5321 4.1.4)."""
+    return name.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
 
 
 def trace_fields(*, sender: str, recipients: list[str], helo: str | None, peer: str | None,
-                 hostname: str, protocol: str, delivery: str,
+                 hostname: str, protocol: str, delivery: str, tls: str | None = None,
                  when: datetime.datetime | None = None) -> bytes:
     """The header fields to put before a delivered message, CRLF-terminated.
 
     ``sender`` is the envelope sender as received (``<>`` or empty for the null path);
     ``recipients`` the envelope recipients of the message, naming one only if there is one.
-    ``peer`` is the client's IP address.  UTF-8 in addresses (SMTPUTF8) is written as UTF-8
-    (RFC 6532).
+    ``peer`` is the client's IP address; ``tls`` the :func:`tls_comment` of the session, put
+    in parentheses after the source as Postfix and Dovecot do.  UTF-8 in addresses (SMTPUTF8)
+    is written as UTF-8 (RFC 6532).
     """
     when = when or datetime.datetime.now(datetime.UTC)
     path = sender if sender.startswith("<") else f"<{sender}>"
@@ -57,9 +85,11 @@ def trace_fields(*, sender: str, recipients: list[str], helo: str | None, peer: 
     single = recipients[0] if len(recipients) == 1 else None
     if single:
         lines.append(f"Delivered-To: {single}")
-    source = f"from {helo or 'unknown'}"
+    source = f"from {_printable(helo) if helo else 'unknown'}"
     if peer:
         source += f" ([{peer}])" if ":" not in peer else f" ([IPv6:{peer}])"
+    if tls:
+        source += f"\r\n\t({tls})"
     received = f"Received: {source}\r\n\tby {hostname} with {protocol} id {delivery}"
     if single:
         received += f"\r\n\tfor <{single}>"

@@ -6,7 +6,10 @@ implicit TLS on ``imaps_port`` (only when a certificate is configured); 0 disabl
 
 from __future__ import annotations
 
-from ..services import listen_port
+import os
+import socket
+
+from ..services import INHERITED, inherited, listen_port
 from . import commands  # noqa: F401  (registers every command)
 from .server import IMAPServer
 
@@ -59,11 +62,24 @@ def start(store, cfg, reactor, loop, announce) -> list:
     host = cfg["imap"]["host"]
     plain_port = listen_port(cfg["imap"]["port"])
     tls_port = listen_port(cfg["imap"]["imaps_port"])
+    if INHERITED is not None:  # a worker: serve what the supervisor opened, bind nothing
+        plain_port = tls_port = None
     servers: list[IMAPServer] = []
     listeners: list[_Listener] = []
     try:
         server = IMAPServer(store, cfg, reactor, context)
         servers.append(server)
+        fd = inherited("imap")
+        if fd is not None:
+            listeners.append(_Listener("imap", _adopt(reactor, fd, server), server))
+        fd = inherited("imaps")
+        if fd is not None and context is not None:
+            from twisted.protocols.tls import TLSMemoryBIOFactory
+            tls_server = IMAPServer(store, cfg, reactor, context)
+            tls_server.implicit_tls = True
+            servers.append(tls_server)
+            port = _adopt(reactor, fd, TLSMemoryBIOFactory(context, False, tls_server))
+            listeners.append(_Listener("imaps", port, tls_server))
         if plain_port is not None:
             port = reactor.listenTCP(plain_port, server, interface=host,
                                      backlog=cfg["imap"]["listen_backlog"])
@@ -84,3 +100,21 @@ def start(store, cfg, reactor, loop, announce) -> list:
         raise
     server.start_sweeping()  # one per process: the TLS listener's server shares the store
     return [*listeners, *(_Shutdown(s) for s in reversed(servers))]
+
+
+def _adopt(reactor, fd: int, factory):
+    """Serve a listening socket inherited from the supervisor (the reactor takes a duplicate
+    of it, so ours is closed)."""
+    family = _family(fd)
+    try:
+        return reactor.adoptStreamPort(fd, family, factory)
+    finally:
+        os.close(fd)
+
+
+def _family(fd: int) -> int:
+    sock = socket.socket(fileno=os.dup(fd))
+    try:
+        return sock.family
+    finally:
+        sock.close()

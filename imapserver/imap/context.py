@@ -29,12 +29,18 @@ _OPERATION_OF_FUNCTION = {
     "_list_data": "list_mailboxes", "_recent_counts": "mailbox_status",
     "create_mailbox": "create_mailbox", "rename_mailbox": "rename_mailbox",
     "subscribe": "subscribe", "unsubscribe": "unsubscribe", "_render_batch": "fetch",
-    "_next_chunk": "read_content",
+    "_next_chunk": "read_content", "retest_contexts": "search",
+    "_deleted_counts": "mailbox_status", "quota": "quota",
+    # CONDSTORE/QRESYNC (RFC 7162): HIGHESTMODSEQ is mailbox status; CHANGEDSINCE's narrowing
+    # and VANISHED (EARLIER) belong to the FETCH that asked.
+    "_highests": "mailbox_status", "highest_modseq": "mailbox_status",
+    "_changed_uids": "fetch", "_vanished": "fetch",
 }
 _OPERATION_OF_COMMAND = {  # closures (``def run()``) of these commands
     "DELETE": "delete_mailbox", "STATUS": "mailbox_status", "APPEND": "append",
     "CLOSE": "expunge", "EXPUNGE": "expunge", "STORE": "store_flags", "COPY": "copy",
-    "MOVE": "move", "SEARCH": "search",
+    "MOVE": "move", "SEARCH": "search", "SORT": "search", "THREAD": "search",
+    "REPLACE": "replace",
 }
 
 
@@ -80,6 +86,9 @@ class CommandContext:
         self.uid_command = str(args[0]).upper() if name == "UID" and args else None
         self.out: list[bytes] = []
         self.finished = False
+        # A code for the tagged OK whoever sends it (RFC 7162 3.2.10: HIGHESTMODSEQ after
+        # VANISHED), unless the command gives its own.
+        self.ok_code: str | None = None
 
     def untagged(self, line: bytes) -> None:
         self.out.append(b"* " + line)
@@ -109,6 +118,8 @@ class CommandContext:
         if self.finished:
             return
         self.finished = True
+        if code is None and status == b"OK":
+            code = self.ok_code
         line = self.tag.encode() + b" " + status + b" "
         if code:
             line += b"[" + code.encode() + b"] "

@@ -459,6 +459,9 @@ class IMAPServerProtocol(protocol.Protocol):
         except No as exc:
             outcome = "NO"
             ctx.finish(b"NO", exc.text, exc.code)
+        except wire.ParseError as exc:  # an argument found malformed by its handler (as_text)
+            outcome = "BAD"
+            ctx.finish(b"BAD", str(exc))
         except Exception as exc:  # a bug or a store failure: answer, keep the session
             outcome = "NO"
             code, text = self.server.describe_error(exc)

@@ -260,6 +260,8 @@ def rfc822_size(size: int) -> bytes:
 ENVELOPE, BODY, HEADER, CONTENT = "envelope", "body", "header", "content"
 """What a FETCH item needs read: the stored envelope / body structure / top-level header
 (``MessageView`` attributes) or the raw message (``MailStore.open_message``)."""
+PREVIEW = "preview"
+"""The stored RFC 8970 preview (``MessageView.preview``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -268,7 +270,9 @@ class FetchItem:
 
     ``kind`` is the attribute without its section: ``ENVELOPE``, ``FLAGS``, ``INTERNALDATE``,
     ``RFC822``, ``RFC822.HEADER``, ``RFC822.SIZE``, ``RFC822.TEXT``, ``BODY``,
-    ``BODYSTRUCTURE``, ``UID``, or ``BODY[]`` for ``BODY[...]`` and ``BODY.PEEK[...]``.
+    ``BODYSTRUCTURE``, ``UID``, ``EMAILID``, ``THREADID`` (RFC 8474), ``SAVEDATE`` (RFC
+    8514), ``PREVIEW`` (RFC 8970; ``lazy`` for its LAZY modifier), or ``BODY[]`` for
+    ``BODY[...]`` and ``BODY.PEEK[...]``.
 
     ``name`` is what the response is labelled with: ``BODY[...]`` even for BODY.PEEK, the
     section as :attr:`Section.name` spells it, and only the origin of a partial
@@ -289,6 +293,7 @@ class FetchItem:
     needs: frozenset[str] = frozenset()
     section: Section | None = None
     partial: tuple[int, int] | None = None
+    lazy: bool = False
 
 
 _SIMPLE = {
@@ -297,6 +302,7 @@ _SIMPLE = {
     "INTERNALDATE": FetchItem("INTERNALDATE", "INTERNALDATE"),
     "RFC822.SIZE": FetchItem("RFC822.SIZE", "RFC822.SIZE"),
     "UID": FetchItem("UID", "UID"),
+    "MODSEQ": FetchItem("MODSEQ", "MODSEQ"),  # RFC 7162 3.1.4.2
     "BODY": FetchItem("BODY", "BODY", needs=frozenset({BODY})),
     "BODYSTRUCTURE": FetchItem("BODYSTRUCTURE", "BODYSTRUCTURE", needs=frozenset({BODY})),
     "RFC822": FetchItem("RFC822", "RFC822", True, frozenset({CONTENT}), Section((), "")),
@@ -304,7 +310,12 @@ _SIMPLE = {
                                Section((), "HEADER", (), "HEADER")),
     "RFC822.TEXT": FetchItem("RFC822.TEXT", "RFC822.TEXT", True, frozenset({CONTENT}),
                              Section((), "TEXT", (), "TEXT")),
+    "EMAILID": FetchItem("EMAILID", "EMAILID"),
+    "THREADID": FetchItem("THREADID", "THREADID", needs=frozenset({HEADER})),
+    "SAVEDATE": FetchItem("SAVEDATE", "SAVEDATE"),
+    "PREVIEW": FetchItem("PREVIEW", "PREVIEW", needs=frozenset({PREVIEW})),
 }
+_LAZY_PREVIEW = FetchItem("PREVIEW", "PREVIEW", needs=frozenset({PREVIEW}), lazy=True)
 _MACROS = {
     "ALL": ("FLAGS", "INTERNALDATE", "RFC822.SIZE", "ENVELOPE"),
     "FAST": ("FLAGS", "INTERNALDATE", "RFC822.SIZE"),
@@ -332,7 +343,11 @@ def parse_fetch_item(text: str) -> FetchItem:
         return simple
     m = _SECTION_ITEM.match(text)
     if m is None:
-        raise ValueError(f"unknown FETCH item {text!r}")
+        from .binary import parse_binary_item  # it builds on this module's FetchItem
+        binary = parse_binary_item(text)
+        if binary is None:
+            raise ValueError(f"unknown FETCH item {text!r}")
+        return binary
     section = parse_section(m.group(2))
     partial = None
     name = f"BODY[{section.name}]"
@@ -354,13 +369,14 @@ def parse_fetch_item(text: str) -> FetchItem:
 def _once(items: list[FetchItem]) -> list[FetchItem]:
     """``items`` with each item that has a name of its own once, first position kept.
 
-    ``BODY[section]`` items stay as asked, repeats included: like Dovecot, we answer each
-    section asked for (``BODY[]<0.5>`` twice gives it twice); RFC 3501 7.4.2 fixes neither.
+    ``BODY[section]`` and ``BINARY[section]`` items stay as asked, repeats included: like
+    Dovecot, we answer each section asked for (``BODY[]<0.5>`` twice gives it twice); RFC
+    3501 7.4.2 fixes neither.
     """
     seen: set[str] = set()
     out: list[FetchItem] = []
     for item in items:
-        if item.kind != "BODY[]":
+        if item.kind not in ("BODY[]", "BINARY"):
             if item.name in seen:
                 continue
             seen.add(item.name)
@@ -388,7 +404,11 @@ def parse_fetch_items(spec: Any) -> list[FetchItem]:
         if not spec:
             raise ValueError("empty FETCH item list")
         items = []
-        for token in spec:
+        for i, token in enumerate(spec):
+            if isinstance(token, list) and items and items[-1].kind == "PREVIEW" \
+                    and not isinstance(spec[i - 1], list):
+                items[-1] = preview_item(token)  # its modifiers (RFC 8970 section 6)
+                continue
             if not isinstance(token, Atom):
                 raise ValueError("FETCH items must be atoms")
             if token.upper() in _MACROS:
@@ -396,3 +416,19 @@ def parse_fetch_items(spec: Any) -> list[FetchItem]:
             items.append(parse_fetch_item(token))
         return _once(items)
     raise ValueError("expected a FETCH item or a list of them")
+
+
+def preview_item(modifiers: list) -> FetchItem:
+    """PREVIEW with its modifier list (RFC 8970 section 6)::
+
+        fetch-att   =/ "PREVIEW" [SP "(" preview-mod *(SP preview-mod) ")"]
+        preview-mod =  "LAZY"
+
+    :raises ValueError: for an empty list or a modifier other than LAZY
+    """
+    if not modifiers:
+        raise ValueError("empty PREVIEW modifier list")
+    for mod in modifiers:
+        if not isinstance(mod, Atom) or mod.upper() != "LAZY":
+            raise ValueError(f"{mod!s} is not a supported PREVIEW modifier")
+    return _LAZY_PREVIEW

@@ -39,11 +39,13 @@ from __future__ import annotations
 
 import datetime
 import re
+import time
 from bisect import bisect_right
 from collections.abc import Callable
 
 from mailstore.messages import BODY, FLAGS, HEADER
 from mailstore.mime import header_fields
+from mailstore.objectids import email_id, thread_id
 
 from .search_parse import (
     MONTHS,
@@ -54,12 +56,16 @@ from .search_parse import (
     FlagKey,
     HeaderKey,
     Key,
+    ModseqKey,
     NotKey,
+    ObjectIdKey,
     OrKey,
     RecentKey,
+    SaveDateKey,
     SearchProgram,
     SequenceKey,
     SizeKey,
+    WithinKey,
     walk,
 )
 from .search_text import PartDecoder, StreamMatcher, address_text, decode_bytes, decode_field
@@ -79,7 +85,8 @@ Test = Callable[["_Message"], "bool | None"]
 
 def evaluate(program: SearchProgram, store, mailbox, uids: list[int],
              recent: set[int] | None = None, *, batch_size: int = BATCH_SIZE,
-             flag_sets: dict[str, tuple[bool, set[int]]] | None = None) -> list[int]:
+             flag_sets: dict[str, tuple[bool, set[int]]] | None = None,
+             now: float | None = None) -> list[int]:
     """The UIDs of the messages that match ``program``, ascending.
 
     ``store`` is the :class:`~mailstore.store.MailStore` and ``mailbox`` the selected
@@ -94,7 +101,7 @@ def evaluate(program: SearchProgram, store, mailbox, uids: list[int],
     recent = recent or set()
     if flag_sets is not None and answerable_from_flags(program):
         return _resolve_sets(_from_sets(program.key, uids, recent, flag_sets), uids)
-    test = _compile(program.key, uids, recent)
+    test = _compile(program.key, uids, recent, time.time() if now is None else now)
     tiers = program.tiers
     content_keys = sorted({k for k in walk(program.key)
                            if isinstance(k, ContentKey) and k.needle},
@@ -355,7 +362,7 @@ def _flatten(key: Key, kind: type) -> list[Key]:
     return sorted(out, key=_subtree_tier)
 
 
-def _compile(key: Key, uids: list[int], recent: set[int]) -> Test:
+def _compile(key: Key, uids: list[int], recent: set[int], now: float) -> Test:
     """A function of a message giving True, False or None (not decidable with what is
     loaded yet)."""
     if isinstance(key, AllKey):
@@ -374,6 +381,9 @@ def _compile(key: Key, uids: list[int], recent: set[int]) -> Test:
     if isinstance(key, FlagKey):
         flag, present = key.flag.lower(), key.present
         return lambda m: None if m.view is None else (flag in m.flags()) == present
+    if isinstance(key, ModseqKey):
+        modseq = key.modseq
+        return lambda m: None if m.view is None else m.view.modseq >= modseq
     if isinstance(key, SizeKey):
         octets = key.octets
         if key.larger:
@@ -381,6 +391,19 @@ def _compile(key: Key, uids: list[int], recent: set[int]) -> Test:
         return lambda m: None if m.view is None else m.view.record.size < octets
     if isinstance(key, DateKey):
         return _compile_date(key)
+    if isinstance(key, SaveDateKey):
+        return _compile_save_date(key)
+    if isinstance(key, ObjectIdKey):
+        wanted = key.objectid
+        if key.thread:
+            return lambda m: (None if m.header is None
+                              else thread_id(m.header, m.view.record.content) == wanted)
+        return lambda m: None if m.view is None else email_id(m.view.record.content) == wanted
+    if isinstance(key, WithinKey):
+        cutoff = now - key.seconds  # RFC 5032: OLDER is before it, YOUNGER the rest
+        if key.older:
+            return lambda m: None if m.view is None else m.view.record.internal_date < cutoff
+        return lambda m: None if m.view is None else m.view.record.internal_date >= cutoff
     if isinstance(key, HeaderKey):
         field, needle = key.field, key.needle
         if not needle:
@@ -395,20 +418,21 @@ def _compile(key: Key, uids: list[int], recent: set[int]) -> Test:
             return lambda m: True  # every text contains the empty string
         return lambda m: None if m.content is None else key in m.content
     if isinstance(key, NotKey):
-        inner = _compile(key.key, uids, recent)
+        inner = _compile(key.key, uids, recent, now)
 
         def negation(m):
             verdict = inner(m)
             return None if verdict is None else not verdict
         return negation
     if isinstance(key, OrKey | AndKey):
-        return _compile_junction(key, uids, recent)
+        return _compile_junction(key, uids, recent, now)
     raise TypeError(f"not a search key: {key!r}")
 
 
-def _compile_junction(key: OrKey | AndKey, uids: list[int], recent: set[int]) -> Test:
+def _compile_junction(key: OrKey | AndKey, uids: list[int], recent: set[int],
+                      now: float) -> Test:
     kind = type(key)
-    tests = [_compile(k, uids, recent) for k in _flatten(key, kind)]
+    tests = [_compile(k, uids, recent, now) for k in _flatten(key, kind)]
     decisive = kind is OrKey  # the verdict that settles an OR (True) or an AND (False)
 
     def junction(m):
@@ -423,17 +447,28 @@ def _compile_junction(key: OrKey | AndKey, uids: list[int], recent: set[int]) ->
     return junction
 
 
+def _day_test(relation: str, day: int) -> Callable[[int], bool]:
+    if relation == "before":
+        return lambda d: d < day
+    if relation == "on":
+        return lambda d: d == day
+    return lambda d: d >= day
+
+
+def _compile_save_date(key: SaveDateKey) -> Test:
+    """RFC 8514 4.3: the save date's UTC day, as BEFORE/ON/SINCE use the internal date's."""
+    holds = _day_test(key.relation, key.day.toordinal())
+
+    def saved(m):
+        if m.view is None:
+            return None
+        when = m.view.record.save_date
+        return when is not None and holds(_EPOCH_DAY + int(when // 86400))
+    return saved
+
+
 def _compile_date(key: DateKey) -> Test:
-    day = key.day.toordinal()
-    if key.relation == "before":
-        def holds(d):
-            return d < day
-    elif key.relation == "on":
-        def holds(d):
-            return d == day
-    else:
-        def holds(d):
-            return d >= day
+    holds = _day_test(key.relation, key.day.toordinal())
     if not key.sent:
         return lambda m: (None if m.view is None
                           else holds(_EPOCH_DAY + int(m.view.record.internal_date // 86400)))

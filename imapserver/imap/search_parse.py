@@ -19,11 +19,17 @@ Grammar (RFC 3501 sections 6.4.4 and 9)::
                       "SENTSINCE" SP date / "SMALLER" SP number /
                       "UID" SP sequence-set / "UNDRAFT" / sequence-set /
                       "(" search-key *(SP search-key) ")"
+    search-key      =/ "OLDER" SP nz-number / "YOUNGER" SP nz-number   ; RFC 5032 (WITHIN)
+    sequence-set    =/ "$"                  ; RFC 5182 (SEARCHRES): the saved result
     date            = date-text / DQUOTE date-text DQUOTE
     date-text       = date-day "-" date-month "-" date-year     ; e.g. 1-Feb-1994
     flag-keyword    = atom
     header-fld-name = astring
     number          = 1*DIGIT
+
+    search-key      =/ "EMAILID" SP objectid / "THREADID" SP objectid     ; RFC 8474 section 7
+    search-key      =/ "SAVEDBEFORE" SP date / "SAVEDON" SP date /
+                       "SAVEDSINCE" SP date / "SAVEDATESUPPORTED"         ; RFC 8514 section 5
 
 :func:`parse_search` takes the tokens of :func:`imapserver.imap.wire.tokenize` that follow
 ``SEARCH`` (or ``UID SEARCH``): atoms (``str``, any case), strings (``bytes``: quoted strings
@@ -111,6 +117,17 @@ class FlagKey:
 
 
 @dataclass(frozen=True, slots=True)
+class ModseqKey:
+    """MODSEQ [entry-name entry-type-req] mod-sequence-valzer (RFC 7162 3.1.5): the message's
+    MODSEQ is at least ``modseq``.  A message has one MODSEQ, not one per flag, so the entry
+    name (``"/flags/\\seen"``) and type (``all``/``priv``/``shared``) are checked and then
+    stand for the message's (3.1.5 lets a server without per-flag MODSEQs do so)."""
+
+    modseq: int
+    tier = 1
+
+
+@dataclass(frozen=True, slots=True)
 class SizeKey:
     """LARGER (``larger``: RFC822.SIZE > octets) or SMALLER (RFC822.SIZE < octets)."""
 
@@ -135,6 +152,17 @@ class DateKey:
     @property
     def tier(self) -> int:
         return 2 if self.sent else 1
+
+
+@dataclass(frozen=True, slots=True)
+class WithinKey:
+    """OLDER (``older``) or YOUNGER ``seconds`` (RFC 5032 WITHIN): the internal date is more
+    than ``seconds`` before the time of the search, or not.  Taken as Dovecot does: OLDER n is
+    ``internal date < now - n`` and YOUNGER n its exact complement."""
+
+    older: bool
+    seconds: int
+    tier = 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,6 +191,30 @@ class ContentKey:
 
 
 @dataclass(frozen=True, slots=True)
+class SaveDateKey:
+    """SAVEDBEFORE/SAVEDON/SAVEDSINCE (RFC 8514 section 4.3): the save date as a UTC date,
+    ``relation`` as in :class:`DateKey`.  A message without a save date (stored before they
+    were kept, FETCH SAVEDATE NIL) matches none of the three."""
+
+    relation: str
+    day: datetime.date
+    tier = 1
+
+
+@dataclass(frozen=True, slots=True)
+class ObjectIdKey:
+    """EMAILID (``thread=False``) or THREADID (RFC 8474 section 6): the id equals
+    ``objectid`` exactly (ids are case-sensitive)."""
+
+    objectid: str
+    thread: bool
+
+    @property
+    def tier(self) -> int:
+        return 2 if self.thread else 1
+
+
+@dataclass(frozen=True, slots=True)
 class NotKey:
     key: Key
     tier = 0
@@ -183,8 +235,8 @@ class AndKey:
     tier = 0
 
 
-Key = (AllKey | SequenceKey | RecentKey | FlagKey | SizeKey | DateKey | HeaderKey | ContentKey
-       | NotKey | OrKey | AndKey)
+Key = (AllKey | SequenceKey | RecentKey | FlagKey | SizeKey | DateKey | WithinKey | HeaderKey
+       | ContentKey | SaveDateKey | ObjectIdKey | NotKey | OrKey | AndKey | ModseqKey)
 
 
 def walk(key: Key):
@@ -243,13 +295,19 @@ _DATE_KEYS = {"BEFORE": (False, "before"), "ON": (False, "on"), "SINCE": (False,
               "SENTBEFORE": (True, "before"), "SENTON": (True, "on"),
               "SENTSINCE": (True, "since")}
 _ATOM_TEXT = re.compile(r"[^\x00-\x20\x7f(){%*\"\\\]]+\Z")
+_SAVED_KEYS = {"SAVEDBEFORE": "before", "SAVEDON": "on", "SAVEDSINCE": "since"}
+_OBJECTID = re.compile(r"[A-Za-z0-9_-]{1,255}\Z")
 
 
-def parse_search(tokens: list, *, uid_mode: bool) -> SearchProgram:
+def parse_search(tokens: list, *, uid_mode: bool, saved: list[int] | None = None
+                 ) -> SearchProgram:
     """Parse the arguments of SEARCH / UID SEARCH into a :class:`SearchProgram`.
 
-    ``tokens`` are the command's arguments after the command name, as
-    :func:`imapserver.imap.wire.tokenize` gives them.  ``uid_mode`` is True for UID SEARCH.
+    ``tokens`` are the command's arguments after the command name (and after any RETURN
+    options, see :mod:`.search_return`), as :func:`imapserver.imap.wire.tokenize` gives them.
+    ``uid_mode`` is True for UID SEARCH.  ``saved`` is the session's saved search result (RFC
+    5182, UIDs ascending): ``$`` -- alone or after ``UID`` -- stands for those messages; with
+    ``None`` (no SEARCHRES) ``$`` is a ValueError.
 
     Raises :class:`BadCharset` for a CHARSET other than US-ASCII or UTF-8, and ValueError,
     with the reason, for anything malformed (unknown key, missing argument, bad date or
@@ -266,13 +324,27 @@ def parse_search(tokens: list, *, uid_mode: bool) -> SearchProgram:
         tokens = tokens[2:]
     if not tokens:
         raise ValueError("SEARCH needs at least one search key")
-    keys = _Parser(tokens).keys_until_end(depth=0)
+    keys = _Parser(tokens, saved).keys_until_end(depth=0)
     return SearchProgram(keys[0] if len(keys) == 1 else AndKey(tuple(keys)), uid_mode, charset)
 
 
+def saved_key(saved: list[int]) -> SequenceKey:
+    """The saved result ``saved`` (UIDs, ascending) as a UID set key.  Consecutive UIDs
+    become one range; a UID the mailbox no longer has matches nothing, as RFC 5182 2.1 wants
+    of expunged messages."""
+    ranges = []
+    for uid in saved:
+        if ranges and ranges[-1][1] == uid - 1:
+            ranges[-1][1] = uid
+        else:
+            ranges.append([uid, uid])
+    return SequenceKey(SeqSet(tuple((a, b) for a, b in ranges)), True)
+
+
 class _Parser:
-    def __init__(self, tokens: list):
+    def __init__(self, tokens: list, saved: list[int] | None = None):
         self.tokens = tokens
+        self.saved = saved
         self.pos = 0
 
     def keys_until_end(self, depth: int) -> list[Key]:
@@ -295,7 +367,7 @@ class _Parser:
         if isinstance(token, list):
             if not token:
                 raise ValueError("empty parenthesised list of search keys")
-            keys = _Parser(token).keys_until_end(depth + 1)
+            keys = _Parser(token, self.saved).keys_until_end(depth + 1)
             return keys[0] if len(keys) == 1 else AndKey(tuple(keys))
         if not isinstance(token, str):
             raise ValueError("expected a search key, got a string")
@@ -309,6 +381,16 @@ class _Parser:
             return DateKey(sent, relation, self.date(name))
         if name == "ALL":
             return AllKey()
+        if name in _SAVED_KEYS:
+            return SaveDateKey(_SAVED_KEYS[name], self.date(name))
+        if name == "SAVEDATESUPPORTED":
+            # RFC 8514 4.3: every message if the mailbox keeps save dates, and ours all do.
+            return AllKey()
+        if name in ("EMAILID", "THREADID"):
+            objectid = _text(self.next(f"object id after {name}"), f"{name} object id")
+            if not _OBJECTID.match(objectid):
+                raise ValueError(f"invalid object id {objectid!r} after {name}")
+            return ObjectIdKey(objectid, name == "THREADID")
         if name == "RECENT":
             return RecentKey()
         if name == "NEW":
@@ -322,6 +404,8 @@ class _Parser:
             return FlagKey(flag, name == "KEYWORD")
         if name in ("LARGER", "SMALLER"):
             return SizeKey(name == "LARGER", self.number(name))
+        if name == "MODSEQ":
+            return self.modseq()
         if name == "BODY" or name == "TEXT":
             return ContentKey(self.string(name), name == "TEXT")
         if name == "HEADER":
@@ -335,12 +419,38 @@ class _Parser:
         if name == "OR":
             left = self.key(depth + 1)
             return OrKey(left, self.key(depth + 1))
+        if name in ("OLDER", "YOUNGER"):
+            seconds = self.number(name)
+            if not 0 < seconds <= 2**32 - 1:  # RFC 5032 4: nz-number
+                raise ValueError(f"Invalid search interval parameter after {name}")
+            return WithinKey(name == "OLDER", seconds)
         if name == "UID":
-            return SequenceKey(parse_seqset(_text(self.next("sequence set after UID"),
-                                                  "UID set")), True)
-        if token[:1].isdigit() or token[:1] in ("*", "$"):
+            text = _text(self.next("sequence set after UID"), "UID set")
+            return self.saved_set(text) if text == "$" else SequenceKey(parse_seqset(text), True)
+        if token == "$":
+            return self.saved_set(token)
+        if token[:1].isdigit() or token[:1] == "*":
             return SequenceKey(parse_seqset(str(token)), False)
         raise ValueError(f"unknown search key {str(token)!r}")
+
+    def modseq(self) -> ModseqKey:
+        token = self.next("mod-sequence after MODSEQ")
+        if isinstance(token, bytes) or (isinstance(token, str) and not token.isdigit()):
+            # search-modseq-ext: entry-name (a quoted "/flags/" + flag) and entry-type-req.
+            entry = _text(token, "entry name after MODSEQ")
+            if not entry.lower().startswith("/flags/") or len(entry) == len("/flags/"):
+                raise ValueError(f"invalid MODSEQ entry name {entry!r}")
+            kind = _text(self.next("entry type after MODSEQ"), "entry type after MODSEQ")
+            if kind.lower() not in ("all", "priv", "shared"):
+                raise ValueError(f"invalid MODSEQ entry type {kind!r}")
+        else:
+            self.pos -= 1
+        return ModseqKey(self.number("MODSEQ"))
+
+    def saved_set(self, text: str) -> SequenceKey:
+        if self.saved is None:
+            return SequenceKey(parse_seqset(text), False)  # raises: $ is not supported
+        return saved_key(self.saved)
 
     def string(self, key: str) -> str:
         token = self.next(f"string after {key}")
@@ -403,12 +513,17 @@ __all__ = [
     "FlagKey",
     "HeaderKey",
     "Key",
+    "ModseqKey",
     "NotKey",
+    "ObjectIdKey",
     "OrKey",
     "RecentKey",
+    "SaveDateKey",
     "SearchProgram",
     "SequenceKey",
     "SizeKey",
+    "WithinKey",
     "parse_search",
+    "saved_key",
     "walk",
 ]

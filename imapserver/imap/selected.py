@@ -19,16 +19,25 @@ the session's mark (it was trimmed after a long absence) does it rescan the whol
 first to see -- at SELECT and at each refresh that finds new ones -- through the mailbox's
 \\Recent watermark, so exactly one session across all processes sees each message as recent.
 A read-only one (EXAMINE) shows those nobody has claimed yet, and claims nothing (6.3.2).
+
+Per selection, too: the saved search result of RFC 5182 (``$``: empty at SELECT, expunged
+messages drop out of it) and the CONTEXT=SEARCH update contexts of RFC 5267 (search_updates.py),
+which each refresh brings up to date.
 """
 
 from __future__ import annotations
 
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right
 from dataclasses import dataclass, field
 
+from twisted.python import log
+
+from mailstore.errors import MailStoreError
 from mailstore.index import MailboxIndex, Marks
 from mailstore.mailboxes import Mailbox
 from mailstore.store import MailStore
+
+from .search_updates import SearchContexts
 
 _ZERO = Marks(0, 0, 0)
 OWN_FLAGS_CAP = 50_000
@@ -41,16 +50,23 @@ class Changes:
     """What a refresh found, in the order RFC 3501 wants it reported."""
 
     expunged_seqs: list[int] = field(default_factory=list)  # descending, current numbering
+    expunged_uids: list[int] = field(default_factory=list)  # the same messages' UIDs
     exists: int | None = None
     recent: int | None = None  # the session's \Recent count, when it changed (RFC 3501 7.3.2)
     flags: list[tuple[int, int, frozenset[str], int]] = field(default_factory=list)
     # (seq, uid, flags, modseq)
     recent_uids: set[int] = field(default_factory=set)  # those of ``flags`` that are \Recent
     keywords: list[str] | None = None  # every keyword announced, when some are new (7.2.6)
+    highest: int | None = None  # HIGHESTMODSEQ as of this refresh, if the session wants it
+    # RFC 5267 4.3: ESEARCH updates, those due before the EXPUNGEs and those after the rest.
+    context_before: list[bytes] = field(default_factory=list)
+    context_after: list[bytes] = field(default_factory=list)
+    touched: set[int] = field(default_factory=set)  # UIDs new or with flags changed (any session)
 
     def __bool__(self) -> bool:
         return bool(self.expunged_seqs or self.exists is not None or self.recent is not None
-                    or self.flags or self.keywords)
+                    or self.flags or self.keywords or self.context_before
+                    or self.context_after)
 
 
 class SelectedMailbox:
@@ -69,6 +85,15 @@ class SelectedMailbox:
         # Keywords the client was told of in an untagged FLAGS: RFC 3501 7.2.6 lets a FETCH
         # show no others, so a new one is announced first (new_keywords).
         self.announced: set[str] = set()
+        # CONDSTORE/QRESYNC enabled in the session (RFC 7162 3.1, 3.2.3): refreshes then work
+        # out HIGHESTMODSEQ too, and store the point it comes from (modseqs.py).
+        self.modseqs = False
+        # RFC 5182: the saved search result ($), UIDs ascending; SELECT starts it empty.
+        self.saved: list[int] = []
+        self.contexts = SearchContexts()  # RFC 5267 update contexts
+        self._pending_context: list[bytes] = []  # REMOVEFROMs for our own expunges
+        self._forgotten: list[int] = []  # UIDs we expunged, not yet reported (ascending)
+        self._retest_later: set[int] = set()  # UIDs a failed context re-test left to do
 
     # -- opening ----------------------------------------------------------------------------
 
@@ -135,6 +160,16 @@ class SelectedMailbox:
     def seq_of(self, uid: int) -> int | None:
         return self.index.seq_of(uid)
 
+    def saved_uids(self) -> list[int]:
+        """The saved search result (RFC 5182 ``$``) as it stands: the saved UIDs that are still
+        in the session's view, ascending (expunged ones drop out, 2.1)."""
+        return [uid for uid in self.saved if self.index.seq_of(uid) is not None]
+
+    def _client_seq(self, uid: int) -> int:
+        """The number the client still knows ``uid`` by: its position, counting the messages
+        this session expunged whose EXPUNGE has not gone out yet."""
+        return self.index.seq_of(uid) + bisect_left(self._forgotten, uid)
+
     def new_keywords(self, shown=()) -> list[str] | None:
         """Keywords to announce before responses that show the flags ``shown`` (RFC 3501
         7.2.6, 7.4.2): every keyword announced so far plus the new ones, sorted -- or None when
@@ -191,7 +226,40 @@ class SelectedMailbox:
         changes = self._look()
         self._take_recent(known)
         self._recent_changes(changes)
+        changes.context_before[:0] = self._pending_context
+        self._pending_context, self._forgotten = [], []
+        if self.contexts and (changes.touched or self._retest_later):
+            changes.context_after = self.retest_contexts(changes.touched)
+        if self.modseqs:
+            changes.highest = self.highest_modseq()
         return changes
+
+    def highest_modseq(self) -> int:
+        """HIGHESTMODSEQ as this session sees the mailbox (RFC 7162 3.1.2.1: no change with a
+        lower MODSEQ is still to come).  Its point is stored for a resync elsewhere when the
+        session has CONDSTORE enabled: other clients ignore it, and a put per SELECT would
+        cost them (docs/decisions/0014)."""
+        return self.store.highest_modseq(self.mailbox, self.index.marks, keep=self.modseqs)
+
+    def retest_contexts(self, uids) -> list[bytes]:
+        """ESEARCH updates (RFC 5267 4.3) for the messages ``uids``, new or with flags changed
+        -- by a refresh, or by this session's own STORE (the results change whoever changed
+        them).  A store failure costs only the updates, never the refresh's EXPUNGE/EXISTS
+        (the session's numbering has moved on already): the UIDs are kept and tested again
+        at the next call, which re-testing makes safe (a context's matches are updated as
+        each is tested)."""
+        if not self.contexts:
+            return []
+        touched = set(uids) | self._retest_later
+        try:
+            lines = self.contexts.retest(self.store, self.mailbox, self.index.uids,
+                                         self.recent, touched)
+        except MailStoreError:
+            log.err(None, "CONTEXT=SEARCH update re-test failed; retried at the next refresh")
+            self._retest_later = touched
+            return []
+        self._retest_later = set()
+        return lines
 
     def _look(self) -> Changes:
         changes = Changes()
@@ -202,7 +270,10 @@ class SelectedMailbox:
         index = self.index
         gone = {u for u in delta.gone if index.seq_of(u) is not None}
         if gone:
+            if self.contexts:
+                changes.context_before = self.contexts.expunged(gone, self._client_seq)
             changes.expunged_seqs = self._seqs_descending(gone)
+            changes.expunged_uids = sorted(gone, reverse=True)
             index.remove(gone)
             self.recent -= gone
         last = index.uids[-1] if index.uids else 0
@@ -211,11 +282,13 @@ class SelectedMailbox:
                 index.add(uid, flags)
                 last = uid
                 changes.exists = len(index.uids)
+                changes.touched.add(uid)
         for uid, flags in delta.changed:
             seq = index.seq_of(uid)
             if seq is None:
                 continue
             index.note_flags(uid, flags)
+            changes.touched.add(uid)
             if self.own_flags.pop(uid, None) != flags.modseq:
                 changes.flags.append((seq, uid, flags.names, flags.modseq))
         index.marks = delta.marks
@@ -230,7 +303,10 @@ class SelectedMailbox:
         for uid, flags in self.store.uid_flags(self.mailbox, now.visible):
             current[uid] = flags
         gone = {u for u in old.uids if u not in current}
+        if self.contexts and gone:
+            changes.context_before = self.contexts.expunged(gone, self._client_seq)
         changes.expunged_seqs = self._seqs_descending(gone)
+        changes.expunged_uids = sorted(gone, reverse=True)
         old.remove(gone)
         self.recent -= gone
         last = old.uids[-1] if old.uids else 0
@@ -251,6 +327,7 @@ class SelectedMailbox:
                 changes.flags.append((seq, uid, flags.names, flags.modseq))
         self.own_flags.clear()
         self.index = fresh
+        changes.touched = set(fresh.uids)  # no log to say what changed: test them all
         changes.keywords = self.new_keywords()
 
     def _seqs_descending(self, gone: set[int]) -> list[int]:
@@ -268,11 +345,17 @@ class SelectedMailbox:
             if self.index.seq_of(uid) is not None:
                 self.index.note_flags(uid, flags)
 
-    def forget(self, uids: list[int]) -> list[int]:
+    def forget(self, uids: list[int]) -> tuple[list[int], list[int]]:
         """Remove expunged UIDs this session itself expunged; returns their sequence numbers,
-        descending (the order EXPUNGE responses must use)."""
+        descending (the order EXPUNGE responses must use), and their UIDs in the same order
+        (for VANISHED, RFC 7162 3.2.10)."""
         gone = {u for u in uids if self.index.seq_of(u) is not None}
+        if self.contexts and gone:
+            # RFC 5267 4.3.4: the REMOVEFROM goes before the EXPUNGE, numbered as the client
+            # numbers the messages until then; report_changes' refresh sends it.
+            self._pending_context += self.contexts.expunged(gone, self._client_seq)
+        self._forgotten = sorted([*self._forgotten, *gone])
         seqs = self._seqs_descending(gone)
         self.index.remove(gone)
         self.recent -= gone
-        return seqs
+        return seqs, sorted(gone, reverse=True)

@@ -24,7 +24,9 @@ Out-of-range numbers, following RFC 3501 and Dovecot:
   ValueError.  SEARCH is lenient instead (Dovecot answers ``SEARCH 5`` in a 3-message mailbox
   with an empty ``* SEARCH``): it passes ``strict=False`` and such numbers match nothing.
 
-RFC 5182's ``$`` (SEARCHRES) is not supported.
+RFC 5182's ``$`` (SEARCHRES, the saved search result) is not a set of numbers and is not
+parsed here: the commands resolve it first (``commands/message_cmds.resolve``, the SEARCH
+parser), and :func:`parse_seqset` refuses it.
 """
 
 from __future__ import annotations
@@ -58,7 +60,7 @@ def parse_seqset(text: str) -> SeqSet:
     if not text:
         raise ValueError("empty message set")
     if text == "$":
-        raise ValueError("the $ message set (SEARCHRES) is not supported")
+        raise ValueError("the $ message set (SEARCHRES) is not allowed here")
     ranges = []
     for element in text.split(","):
         m = _ELEMENT.match(element)

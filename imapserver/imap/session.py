@@ -4,6 +4,10 @@ from __future__ import annotations
 
 from .context import AUTH, NOT_AUTH, SELECTED
 
+QUOTA_CAPABILITIES = ("QUOTA", "QUOTA=RES-STORAGE", "QUOTA=RES-MESSAGE")
+"""RFC 9208 1, 5.1, 5.2: QUOTA and its resources (STATUS DELETED and DELETED-STORAGE come
+with them); not QUOTASET, since SETQUOTA is refused."""
+
 
 class Session:
     def __init__(self, server, conn):
@@ -42,8 +46,13 @@ class Session:
     def capabilities(self) -> list[str]:
         caps = ["IMAP4rev1", "LITERAL+", "SASL-IR", "ID", "ENABLE", "IDLE", "NAMESPACE",
                 "UIDPLUS", "MOVE", "UNSELECT", "CHILDREN", "SPECIAL-USE", "LIST-EXTENDED",
-                "LIST-STATUS", "MULTIAPPEND",
-                f"APPENDLIMIT={self.append_limit()}"]
+                "LIST-STATUS", "MULTIAPPEND", "ESEARCH", "SEARCHRES", "WITHIN",
+                "CONTEXT=SEARCH", "CONTEXT=SORT", "SORT", "SORT=DISPLAY", "THREAD=ORDEREDSUBJECT",
+                "THREAD=REFERENCES", "ESORT", f"APPENDLIMIT={self.append_limit()}",
+                "STATUS=SIZE", "OBJECTID", "SAVEDATE", "PREVIEW", "BINARY"]
+        caps += ["CREATE-SPECIAL-USE", *QUOTA_CAPABILITIES]  # RFC 6154 3, RFC 9208
+        caps += ["CONDSTORE", "QRESYNC"]  # RFC 7162
+        caps.append("REPLACE")  # RFC 8508 3.1
         if self.user is None:
             if not self.tls and self.server.tls_context is not None:
                 caps.append("STARTTLS")
@@ -51,6 +60,8 @@ class Session:
                 caps += ["AUTH=PLAIN", "AUTH=LOGIN"]
             else:
                 caps.append("LOGINDISABLED")
+        if self.user is not None:
+            caps.append("UNAUTHENTICATE")  # once there is a login to undo (RFC 8437 3 MAY)
         return caps
 
     def close(self) -> None:
@@ -59,3 +70,10 @@ class Session:
             self.server.user_logged_out(self.user)
             self.user = None
         self.selected = None
+
+    def unauthenticate(self) -> None:
+        """RFC 8437 3: back to the not authenticated state, keeping only TLS.  The selected
+        mailbox is closed without expunging, IDLE's watch dropped, ENABLEd extensions forgotten
+        (4.1), the user's session count given back."""
+        self.close()
+        self.enabled = set()

@@ -59,8 +59,12 @@ def tokenize(segments: list) -> list:
     ParseError for malformed input.
     """
     stack: list[list] = [[]]
-    for index, segment in enumerate(_fold_section_literals(segments)):
+    folded = _fold_section_literals(segments)
+    for index, segment in enumerate(folded):
         if index % 2 == 1:  # a literal
+            if folded[index - 1].endswith(b"}") and _LITERAL8.search(folded[index - 1]) \
+                    and not _message_literal(stack):
+                raise ParseError("literal8 not allowed here")
             stack[-1].append(Literal(segment) if isinstance(segment, bytes) else segment)
             continue
         _scan_line(segment, stack, literal_follows=index + 1 < len(segments))
@@ -70,6 +74,16 @@ def tokenize(segments: list) -> list:
 
 
 _ANNOUNCEMENT = re.compile(rb"~?\{[0-9]+\+?\}\Z")
+_LITERAL8 = re.compile(rb"~\{[0-9]+\+?\}\Z")
+
+
+def _message_literal(stack: list[list]) -> bool:
+    """Whether a literal arriving now would be an APPEND message: the only place RFC 3516
+    (section 4.3, and RFC 4466's append-data) allows a literal8 in a command.  The mailbox
+    name (the first argument) may not be one."""
+    top = stack[0]
+    return (len(stack) == 1 and len(top) >= 3 and isinstance(top[1], str)
+            and top[1].upper() == "APPEND")
 
 
 def _fold_section_literals(segments: list) -> list:

@@ -56,6 +56,11 @@ log = logging.getLogger(__name__)
 _TRANSPORTS = {"buffered": TBufferedTransportFactory, "framed": TFramedTransportFactory}
 _PROTOCOLS = {"binary": TBinaryProtocolFactory, "compact": TCompactProtocolFactory}
 _TABLE_NAME = re.compile(rb"[A-Za-z0-9_]+\Z")
+# What HBase's ThriftUtilities.colDescFromThrift accepts: Compression.Algorithm names (looked up
+# lower-cased) and BloomType.valueOf names (exact).  The values are stored, not acted on.
+_COMPRESSIONS = frozenset({"none", "gz", "snappy", "lzo", "lz4", "zstd", "bzip2", "lzma"})
+_BLOOM_TYPES = frozenset({"NONE", "ROW", "ROWCOL", "ROWPREFIX_FIXED_LENGTH",
+                          "ROWPREFIX_DELIMITED"})
 _PASS_THROUGH = (H.IOError, H.IllegalArgument, H.AlreadyExists, TApplicationException)
 
 
@@ -225,6 +230,11 @@ class _Handler:
         for cd in columnFamilies:
             if not cd.name:
                 raise H.IllegalArgument(message="column name is empty")
+            if str(_text(cd.compression)).lower() not in _COMPRESSIONS:
+                raise H.IllegalArgument(message=f"unknown compression {cd.compression!r}")
+            if _text(cd.bloomFilterType) not in _BLOOM_TYPES:
+                raise H.IllegalArgument(message="No enum constant org.apache.hadoop.hbase."
+                                                f"regionserver.BloomType.{cd.bloomFilterType}")
             families[cd.name.partition(b":")[0].decode()] = {
                 "max_versions": cd.maxVersions, "compression": _text(cd.compression),
                 "in_memory": bool(cd.inMemory), "bloom_filter_type": _text(cd.bloomFilterType),

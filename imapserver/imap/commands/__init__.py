@@ -1,3 +1,14 @@
 """IMAP commands, one command group to a module; importing this registers them all."""
 
-from . import auth, basic, fetch, idle, mailbox_cmds, message_cmds, search_cmd  # noqa: F401
+from . import (  # noqa: F401
+    auth,
+    basic,
+    fetch,
+    idle,
+    mailbox_cmds,
+    message_cmds,
+    quota,
+    replace_cmd,
+    search_cmd,
+    sort_cmd,
+)

@@ -3,6 +3,7 @@
     starttls     = "STARTTLS"                                       ; RFC 3501 6.2.1
     authenticate = "AUTHENTICATE" SP auth-type [SP initial-resp]    ; 6.2.2, RFC 4959 (SASL-IR)
     login        = "LOGIN" SP userid SP password                    ; 6.2.3
+    unauthenticate = "UNAUTHENTICATE"                               ; RFC 8437 3
 
 Failed logins wait ``auth_failure_delay`` seconds and say the same whether the user exists or
 not, or the name is not even a valid user name.  Logins and failed logins are logged (events
@@ -21,7 +22,7 @@ from twisted.internet import defer, task
 from mailstore.errors import InvalidName
 
 from ...observe import LOGINS, Logger
-from ..context import NOT_AUTH, Bad, No, command
+from ..context import AUTH, NOT_AUTH, SELECTED, Bad, No, command
 from ..wire import as_text
 
 log = Logger("imap")
@@ -109,6 +110,17 @@ def authenticate(ctx):
         password_b = yield _challenge(ctx, b"Password:")
         user, password = user_b.decode("utf-8", "replace"), password_b.decode("utf-8", "replace")
     yield _login(ctx, user, password, mechanism)
+
+
+@command("UNAUTHENTICATE", AUTH, SELECTED)
+def unauthenticate(ctx):
+    """RFC 8437 3: everything but TLS is reset -- the selected mailbox closed without an
+    expunge, IDLE's watch and ENABLEd extensions dropped -- and a new LOGIN or AUTHENTICATE
+    may follow, pipelined too (commands run in order).  Never NO (the RFC forbids it)."""
+    ctx.expect_args(0)
+    log.info("unauthenticate", user=ctx.session.user,
+             remote=getattr(ctx.conn.transport.getPeer(), "host", None))
+    ctx.session.unauthenticate()
 
 
 class _Continuation:

@@ -58,10 +58,32 @@ def ident(ctx):
     ctx.untagged(b"ID (" + b" ".join(fields) + b")")
 
 
+ENABLEABLE = ("CONDSTORE", "QRESYNC")
+
+
 @command("ENABLE", AUTH, SELECTED)
+@defer.inlineCallbacks
 def enable(ctx):
     if not ctx.args:
         raise Bad("ENABLE needs at least one capability")
-    # We implement no extension that needs enabling (CONDSTORE, QRESYNC, UTF8=ACCEPT come
-    # later); RFC 5161 says unknown ones are ignored, and ENABLED lists what was enabled.
-    ctx.untagged(b"ENABLED")
+    # RFC 5161 3.1: unknown capabilities are ignored; ENABLED lists the known ones asked for,
+    # also when already enabled (as Dovecot does).  QRESYNC implies CONDSTORE (RFC 7162
+    # 3.2.3).
+    session = ctx.session
+    enabled = []
+    for arg in ctx.args:
+        name = str(arg).upper()
+        if name in ENABLEABLE and name not in enabled:
+            enabled.append(name)
+    had_condstore = "CONDSTORE" in session.enabled
+    session.enabled.update(enabled)
+    if "QRESYNC" in enabled:
+        session.enabled.add("CONDSTORE")
+    selected = session.selected
+    if selected is not None and not had_condstore and "CONDSTORE" in session.enabled:
+        # The mailbox was selected without CONDSTORE: its HIGHESTMODSEQ now (as Dovecot
+        # sends it; RFC 7162 3.1.2.1 gives it at SELECT).
+        selected.modseqs = True
+        highest = yield ctx.call(selected.highest_modseq)
+        ctx.untagged(b"OK [HIGHESTMODSEQ %d] Highest" % highest)
+    ctx.untagged(b"ENABLED" + b"".join(b" " + name.encode() for name in enabled))

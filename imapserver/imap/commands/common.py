@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from twisted.internet import defer
 
+from ..context import Bad
 from ..selected import Changes
 
 SYSTEM_FLAGS = ("\\Answered", "\\Flagged", "\\Deleted", "\\Seen", "\\Draft")
@@ -40,45 +41,115 @@ def announce_keywords(ctx, shown=()) -> None:
             ctx.untagged(line)
 
 
-def changes_lines(changes: Changes, with_uid: bool = True, readonly: bool = False
-                  ) -> list[bytes]:
+def modseq_item(modseq: int) -> bytes:
+    """The MODSEQ fetch data item (RFC 7162 3.1.4.2)."""
+    return b"MODSEQ (%d)" % modseq
+
+
+def vanished_line(uids, earlier: bool = False) -> bytes:
+    """``VANISHED [(EARLIER)] uid-set`` (RFC 7162 3.2.10): expunged UIDs in one response."""
+    from .message_cmds import uid_set_text
+    return (b"VANISHED (EARLIER) " if earlier else b"VANISHED ") + \
+        uid_set_text(sorted(uids)).encode()
+
+
+def changes_lines(changes: Changes, with_uid: bool = True, readonly: bool = False,
+                  session=None) -> list[bytes]:
     """Untagged responses for a refresh: FLAGS (new keywords, before any FETCH shows them),
     EXPUNGE, FETCH, EXISTS, RECENT.  Dovecot's order, except that Dovecot puts its FETCHes
     before the EXPUNGEs (numbered as before them) where ours follow them (numbered after):
     RFC 3501 7.4.1 allows both.  A FETCH names only messages the client knew, so it may come
-    before the EXISTS that announces new ones."""
+    before the EXISTS that announces new ones.  CONTEXT=SEARCH updates (RFC 5267 4.3.3,
+    4.3.4) surround them: REMOVEFROMs for expunged messages before the EXPUNGEs, the rest
+    (numbered after every change) last, as Dovecot sends them.  With CONDSTORE enabled in
+    ``session`` a FETCH carries MODSEQ (RFC 7162 3.1.4.1); with QRESYNC, expunges go as one
+    VANISHED instead of EXPUNGEs (3.2.10), still after the REMOVEFROMs."""
+    condstore, qresync = modseq_modes(session)
     lines = flags_lines(changes.keywords, readonly) if changes.keywords else []
-    lines += [b"%d EXPUNGE" % seq for seq in changes.expunged_seqs]
-    for seq, uid, names, _modseq in changes.flags:
+    lines += changes.context_before
+    if qresync and changes.expunged_uids:
+        lines.append(vanished_line(changes.expunged_uids))
+    elif not qresync:
+        lines += [b"%d EXPUNGE" % seq for seq in changes.expunged_seqs]
+    for seq, uid, names, modseq in changes.flags:
         item = b"FLAGS " + flags_list(names, uid in changes.recent_uids)
         if with_uid:
             item = b"UID %d " % uid + item
+        if condstore:
+            item += b" " + modseq_item(modseq)
         lines.append(b"%d FETCH (%s)" % (seq, item))
     if changes.exists is not None:
         lines.append(b"%d EXISTS" % changes.exists)
     if changes.recent is not None:
         lines.append(b"%d RECENT" % changes.recent)
+    lines += changes.context_after
     return lines
 
 
+MAX_MODSEQ = 2**63 - 1
+
+
+def parse_modseq(token, zero: bool = False) -> int:
+    """A mod-sequence-value (RFC 7162 7: 1 to 2**63-1), or with ``zero`` a
+    mod-sequence-valzer (0 too); BAD otherwise."""
+    text = token.decode("ascii", "replace") if isinstance(token, bytes) else str(token)
+    if not text.isdigit() or not text.isascii() or int(text) > MAX_MODSEQ or (
+            int(text) == 0 and not zero):
+        raise Bad(f"Invalid mod-sequence value {text!r}")
+    return int(text)
+
+
 @defer.inlineCallbacks
-def report_changes(ctx, expunged: list[int] = ()):
+def enable_condstore(ctx):
+    """A CONDSTORE-enabling command (RFC 7162 3.1): from now on the session gets MODSEQ in
+    every FETCH about flags.  The first one with a mailbox selected also reports that
+    mailbox's HIGHESTMODSEQ (3.1: the client may not have it from SELECT), as Dovecot does."""
+    session = ctx.session
+    if "CONDSTORE" in session.enabled:
+        return
+    session.enabled.add("CONDSTORE")
+    selected = session.selected
+    if selected is not None:
+        selected.modseqs = True
+        highest = yield ctx.call(selected.highest_modseq)
+        ctx.untagged(b"OK [HIGHESTMODSEQ %d] Highest" % highest)
+
+
+def modseq_modes(session) -> tuple[bool, bool]:
+    """(CONDSTORE, QRESYNC) as enabled in ``session`` (QRESYNC implies CONDSTORE)."""
+    enabled = getattr(session, "enabled", None) or ()
+    qresync = "QRESYNC" in enabled
+    return qresync or "CONDSTORE" in enabled, qresync
+
+
+@defer.inlineCallbacks
+def report_changes(ctx, expunged: tuple[list[int], list[int]] = ((), ())):
     """Refresh the selected mailbox and queue what changed as untagged responses.
 
-    ``expunged``: sequence numbers (descending) of messages the command itself removed and
-    already forgot (EXPUNGE, MOVE); they are reported with the rest, after any new keywords
-    are announced (Dovecot's order)."""
+    ``expunged``: sequence numbers (descending) and UIDs of messages the command itself
+    removed and already forgot (EXPUNGE, MOVE); they are reported with the rest, after any
+    new keywords are announced (Dovecot's order).  Once QRESYNC is enabled, a refresh that
+    reports expunges (VANISHED) ends with HIGHESTMODSEQ in the tagged OK, as Dovecot does, so
+    the client's next resync need not go back before them (RFC 7162 3.2.10)."""
     selected = ctx.session.selected
     if selected is None:
         return
+    seqs, uids = expunged
     try:
         changes = yield ctx.call(selected.refresh)
     except Exception:
         # The session has forgotten them already: the client must hear of them regardless.
-        for seq in expunged:
-            ctx.untagged(b"%d EXPUNGE" % seq)
+        if modseq_modes(ctx.session)[1]:
+            if uids:
+                ctx.untagged(vanished_line(uids))
+        else:
+            for seq in seqs:
+                ctx.untagged(b"%d EXPUNGE" % seq)
         raise
-    changes.expunged_seqs[:0] = expunged
+    changes.expunged_seqs[:0] = seqs
+    changes.expunged_uids[:0] = uids
     if ctx.session.selected is selected:
-        for line in changes_lines(changes, readonly=selected.readonly):
+        for line in changes_lines(changes, readonly=selected.readonly, session=ctx.session):
             ctx.untagged(line)
+        if changes.expunged_uids and changes.highest and modseq_modes(ctx.session)[1]:
+            ctx.ok_code = f"HIGHESTMODSEQ {changes.highest}"

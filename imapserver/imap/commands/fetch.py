@@ -1,13 +1,25 @@
-"""FETCH (RFC 3501 6.4.5, 7.4.2) and UID FETCH (6.4.8).
+r"""FETCH (RFC 3501 6.4.5, 7.4.2) and UID FETCH (6.4.8).
 
     fetch = "FETCH" SP sequence-set SP ("ALL" / "FULL" / "FAST" / fetch-att /
-            "(" fetch-att *(SP fetch-att) ")")
+            "(" fetch-att *(SP fetch-att) ")") [SP "(" fetch-modifier *(SP fetch-modifier) ")"]
+    fetch-att =/ "MODSEQ"                                               ; RFC 7162 3.1.4.2
+    fetch-att =/ "PREVIEW" [SP "(" preview-mod *(SP preview-mod) ")"]   ; RFC 8970 6
+    preview-mod = "LAZY"
+    fetch-modifier = "CHANGEDSINCE" SP mod-sequence-valzer              ; RFC 7162 3.1.4.1
+                   / "VANISHED"                       ; UID FETCH under QRESYNC, RFC 7162 3.2.6
+
+CHANGEDSINCE leaves out the messages whose MODSEQ is not above its value and adds MODSEQ to
+the items; VANISHED first reports, as ``VANISHED (EARLIER)``, the UIDs of the set expunged
+after it (mailstore/modseqs.py; a superset past the change log's retention, docs/decisions/
+0014).  Once CONDSTORE is enabled, a FETCH that sets \Seen also shows the new MODSEQ; once
+QRESYNC is, every FETCH response carries the UID (RFC 7162 3.1.4.1, 3.2.4).
 
 Messages are read in batches (one store round trip per batch, only the columns the items
 need), and each batch's responses go out in one write.  ENVELOPE, BODYSTRUCTURE and header
 fields come from data prepared once at delivery; message octets are read chunk by chunk.  A
 section over ``STREAM_ABOVE`` octets is streamed: chunks are read in the thread pool and written
-as the socket drains, so serving a 50 MB message holds a few chunks, not 50 MB.
+as the socket drains, so serving a 50 MB message holds a few chunks, not 50 MB.  BINARY items
+(RFC 3516) are built by :mod:`imapserver.imap.binary`, decoded parts streamed the same way.
 
 A message another session expunged after this one last heard (RFC 2180 4.1): its content stays
 readable for a grace period (docs/decisions/0011), so it is served as the session still
@@ -21,19 +33,35 @@ octet count already sent can only be honoured with bytes that are not the messag
 from __future__ import annotations
 
 import itertools
+from dataclasses import dataclass
 
 from twisted.internet import defer
 
 from mailstore.errors import Expunged
-from mailstore.messages import BODY, ENVELOPE, HEADER, SUMMARY
+from mailstore.index import Marks
+from mailstore.messages import BODY, ENVELOPE, HEADER, PREVIEW, SUMMARY
 
+from ..binary import UnknownCte, binary_literal, binary_size
 from ..context import SELECTED, Bad, No, command
+from ..object_items import OBJECT_KINDS, object_item
+from ..qresync import missing, ranges_text
 from ..render import BODY as NEED_BODY
 from ..render import CONTENT, bodystructure, envelope, internaldate, parse_fetch_items
 from ..render import ENVELOPE as NEED_ENVELOPE
 from ..render import HEADER as NEED_HEADER
+from ..render import PREVIEW as NEED_PREVIEW
 from ..sections import iter_section, resolve
-from .common import announce_keywords, flags_list
+from ..seqset import SeqSet, parse_seqset
+from ..wire import Atom
+from .common import (
+    announce_keywords,
+    enable_condstore,
+    flags_list,
+    modseq_item,
+    modseq_modes,
+    parse_modseq,
+    vanished_line,
+)
 from .message_cmds import resolve as resolve_set
 
 BATCH = 200
@@ -66,18 +94,22 @@ def _columns(needs: set[str]) -> list[bytes]:
         columns.append(BODY)
     if NEED_HEADER in needs or CONTENT in needs:
         columns.append(HEADER)
+    if NEED_PREVIEW in needs:
+        columns.append(PREVIEW)
     return columns
 
 
 def _render_batch(store, mailbox, batch, columns, items, set_seen, seq_of, own,
-                  recent=frozenset(), shown=None):
+                  recent=frozenset(), shown=None, unknown_cte=None, changed_since=None,
+                  seen_modseq=False):
     """Read one batch and build its responses (runs in a worker thread).
 
     Returns (responses, gone): responses as (sequence number, segments), each segment bytes
     or a Stream to be pulled; ``gone`` the number of messages left out because their content
     was released and deleted under us (expunged elsewhere: errors.Expunged).  ``recent``:
     the UIDs that are \\Recent in this session (their FLAGS say so).  ``shown`` (a set)
-    collects the flags the responses show.
+    collects the flags the responses show; ``unknown_cte`` (a list) the UIDs whose BINARY
+    items were left out for an encoding that cannot be undone (RFC 3516 4.2).
     """
     shown = set() if shown is None else shown
     views = store.fetch(mailbox, batch, columns)
@@ -98,6 +130,8 @@ def _render_batch(store, mailbox, batch, columns, items, set_seen, seq_of, own,
         seq = seq_of(view.uid)
         if seq is None:
             continue
+        if changed_since is not None and view.modseq <= changed_since:
+            continue  # RFC 7162 3.1.4.1
         parts: list = []
         reader = None
         wrote_flags = False
@@ -112,6 +146,8 @@ def _render_batch(store, mailbox, batch, columns, items, set_seen, seq_of, own,
                 wrote_flags = True
             elif kind == "INTERNALDATE":
                 parts.append(b"INTERNALDATE " + internaldate(view.record.internal_date))
+            elif kind == "MODSEQ":
+                parts.append(modseq_item(view.modseq))
             elif kind == "RFC822.SIZE":
                 parts.append(b"RFC822.SIZE %d" % view.record.size)
             elif kind == "ENVELOPE":
@@ -119,6 +155,26 @@ def _render_batch(store, mailbox, batch, columns, items, set_seen, seq_of, own,
             elif kind in ("BODY", "BODYSTRUCTURE"):
                 parts.append(kind.encode() + b" " +
                              bodystructure(view.body, extended=kind == "BODYSTRUCTURE"))
+            elif kind in ("BINARY", "BINARY.SIZE"):
+                if reader is None:
+                    reader = store.open_message(view)
+                try:
+                    if kind == "BINARY.SIZE":
+                        parts.append(binary_size(view, item, lambda r=reader: r))
+                    else:
+                        parts.append(_literal(*binary_literal(view, item, lambda r=reader: r)))
+                except UnknownCte:
+                    if unknown_cte is not None:
+                        unknown_cte.append(view.uid)
+                except Expunged:
+                    lost = True
+                    break
+            elif kind in OBJECT_KINDS:
+                try:
+                    parts.append(object_item(store, mailbox, view, item))
+                except Expunged:
+                    lost = True
+                    break
             else:
                 plan = resolve(item.section, view.body, view.header, view.record.size,
                                view.record.header_size)
@@ -138,7 +194,11 @@ def _render_batch(store, mailbox, batch, columns, items, set_seen, seq_of, own,
         if view.uid in seen_now and not wrote_flags:
             parts.append(b"FLAGS " + flags_list(view.flags.names, view.uid in recent))
             shown.update(view.flags.names)
-        responses.append((seq, parts))
+        if view.uid in seen_now and seen_modseq:
+            # CONDSTORE enabled: the \Seen this FETCH set has a new MODSEQ (RFC 7162 3.1.4.1).
+            parts.append(modseq_item(view.modseq))
+        if parts:  # empty when its only items failed (UNKNOWN-CTE): msg-att needs one
+            responses.append((seq, parts))
     return responses, gone
 
 
@@ -156,19 +216,119 @@ def _next_chunk(chunks):
     return next(chunks, None)
 
 
+FETCH_MODIFIERS = ("CHANGEDSINCE", "VANISHED")
+
+
+def _preview_modifiers(arg) -> bool:
+    """Whether ``arg``, the list after a lone ``PREVIEW``, is PREVIEW's modifiers (``(LAZY)``,
+    RFC 8970 section 6) rather than FETCH's (RFC 7162 3.1.4.1, 3.2.6)."""
+    return isinstance(arg, list) and not any(
+        isinstance(m, str) and m.upper() in FETCH_MODIFIERS for m in arg)
+
+
+def _modifiers(mods, uid_mode: bool) -> tuple[int | None, bool]:
+    """(CHANGEDSINCE value or None, VANISHED) from FETCH's optional modifier list."""
+    if mods is None:
+        return None, False
+    if not isinstance(mods, list) or not mods:
+        raise Bad("FETCH modifiers must be a parenthesized list")
+    since, vanished = None, False
+    i = 0
+    while i < len(mods):
+        word = str(mods[i]).upper()
+        if word == "CHANGEDSINCE" and i + 1 < len(mods):
+            since = parse_modseq(mods[i + 1], zero=True)
+            i += 2
+        elif word == "VANISHED" and uid_mode:
+            vanished = True
+            i += 1
+        else:
+            raise Bad(f"Unknown FETCH modifier {mods[i]!s}")
+    return since, vanished
+
+
+def _vanished(store, selected, uids_text: str, since: int) -> bytes | None:
+    """``VANISHED (EARLIER)`` for the UIDs of a UID FETCH set expunged after ``since``
+    (RFC 7162 3.2.6), "*" standing for the highest UID the session knows."""
+    top = selected.known_visible
+    ranges = [(top if a is None else a, top if b is None else b)
+              for a, b in parse_seqset(uids_text).ranges]
+    changes = store.since_modseq(selected.mailbox, since, selected.index)
+    if changes.vanished is None:
+        gone = missing(SeqSet(tuple(ranges)), selected.uids, top)
+        return b"VANISHED (EARLIER) " + ranges_text(gone).encode() if gone else None
+    wanted = [u for u in changes.vanished if any(min(r) <= u <= max(r) for r in ranges)]
+    return vanished_line(wanted, earlier=True) if wanted else None
+
+
+CHANGED_SCAN = 50
+"""Above this many messages, CHANGEDSINCE first narrows them through the change log."""
+
+
+@dataclass
+class _Now:
+    """The session's messages with the mailbox's marks as they are now: a FETCH CHANGEDSINCE
+    must also find changes the session has not been told of yet (its own STORE, say)."""
+
+    marks: Marks
+    uids: object
+    seq_of: object
+
+
+def _changed_uids(store, selected, since: int, uids: list[int]) -> list[int]:
+    """Those of ``uids`` whose MODSEQ may be above ``since``: the messages the change log names
+    after the point ``since`` came from and those newer than it (mailstore/modseqs.py), not
+    every row.  The FETCH still checks each row's MODSEQ."""
+    marks = store.marks([selected.mailbox.id]).get(selected.mailbox.id)
+    if marks is None:
+        return uids
+    found = store.since_modseq(selected.mailbox, since, _Now(marks, selected.uids,
+                                                              selected.seq_of))
+    changed = {uid for uid, _flags in found.changed}
+    return [u for u in uids if u in changed]
+
+
 @defer.inlineCallbacks
 def fetch_command(ctx, uid_mode: bool):
-    ctx.expect_args(2)
+    ctx.expect_args(2, 4)
     selected = ctx.session.selected
     uids = resolve_set(ctx, ctx.args[0], uid_mode)
+    spec, *rest = ctx.args[1:]
+    if rest and isinstance(spec, Atom) and spec.upper() == "PREVIEW" \
+            and _preview_modifiers(rest[0]):
+        # RFC 8970 section 6: a lone fetch-att may be PREVIEW with its modifiers, which may
+        # be followed by the command's own (RFC 7162's CHANGEDSINCE, VANISHED).
+        spec = [spec, rest.pop(0)]
+    if len(rest) > 1:
+        raise Bad(f"{ctx.name} takes at most one list of fetch modifiers")
     try:
-        items = parse_fetch_items(ctx.args[1])
+        items = parse_fetch_items(spec)
     except ValueError as exc:
         raise Bad(str(exc)) from None
-    if uid_mode and not any(i.kind == "UID" for i in items):
-        # RFC 3501 6.4.8: UID FETCH responses always carry the UID.
-        from ..render import parse_fetch_item
+    changed_since, vanished = _modifiers(rest[0] if rest else None, uid_mode)
+    from ..render import parse_fetch_item
+    if changed_since is not None or any(i.kind == "MODSEQ" for i in items):
+        yield enable_condstore(ctx)  # RFC 7162 3.1: CONDSTORE-enabling
+        if not any(i.kind == "MODSEQ" for i in items):
+            items = [*items, parse_fetch_item("MODSEQ")]
+    if vanished:
+        # RFC 7162 3.2.6: only with CHANGEDSINCE, only once QRESYNC is enabled.
+        if "QRESYNC" not in ctx.session.enabled:
+            raise Bad("VANISHED needs QRESYNC enabled first")
+        if changed_since is None:
+            raise Bad("VANISHED used without CHANGEDSINCE")
+    condstore, qresync = modseq_modes(ctx.session)
+    if (uid_mode or qresync) and not any(i.kind == "UID" for i in items):
+        # RFC 3501 6.4.8: UID FETCH responses always carry the UID; RFC 7162 3.2.4: every
+        # FETCH once QRESYNC is enabled.
         items = [parse_fetch_item("UID"), *items]
+    if vanished:
+        text = str(ctx.args[0]) if not isinstance(ctx.args[0], bytes) else ctx.args[0].decode()
+        line = yield ctx.call(_vanished, ctx.store, selected, text, changed_since)
+        if line is not None:
+            ctx.untagged(line)
+    if changed_since is not None and len(uids) > CHANGED_SCAN:
+        uids = yield ctx.call(_changed_uids, ctx.store, selected, changed_since, uids)
     needs: set[str] = set()
     for item in items:
         needs |= item.needs
@@ -176,6 +336,7 @@ def fetch_command(ctx, uid_mode: bool):
     columns = _columns(needs)
     step = CONTENT_BATCH if CONTENT in needs else BATCH
     gone = 0
+    unknown_cte: list[int] = []
     for start in range(0, len(uids), step):
         if ctx.conn.closed or ctx.conn.closing:
             return  # the connection went (or is going) away: nothing more can be sent
@@ -183,7 +344,10 @@ def fetch_command(ctx, uid_mode: bool):
         shown: set[str] = set()
         responses, lost = yield ctx.call(_render_batch, ctx.store, selected.mailbox, batch,
                                          columns, items, set_seen, selected.seq_of,
-                                         selected.note_own_flags, selected.recent, shown)
+                                         selected.note_own_flags, selected.recent, shown,
+                                         unknown_cte, changed_since,
+                                         condstore and not any(i.kind == "MODSEQ"
+                                                               for i in items))
         gone += lost
         # RFC 3501 7.2.6: a keyword the client was not told of is announced before the FETCH
         # that shows it (one another session set since our last refresh, say).
@@ -196,6 +360,9 @@ def fetch_command(ctx, uid_mode: bool):
             yield _stream(ctx, seq, parts)
         ctx.flush()
         yield ctx.conn.wait_writable()  # the client reads a batch before the next is built
+    if unknown_cte:
+        # RFC 3516 4.2: the rest was served, the parts that could not be decoded were not.
+        raise No("Unknown Content-Transfer-Encoding", "UNKNOWN-CTE")
     if gone:
         # RFC 2180 4.1.2: the rest was served; RFC 9051 7.1 names the reason.
         raise No("Some of the requested messages no longer exist", "EXPUNGEISSUED")

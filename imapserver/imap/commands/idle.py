@@ -55,7 +55,8 @@ class _Idle:
             # numbering on, so the client must hear of it, and idle() waits for this before
             # its tagged OK (untagged responses may precede it, RFC 3501 7).
             if self.ctx.session.selected is selected:
-                lines = changes_lines(changes, readonly=selected.readonly)
+                lines = changes_lines(changes, readonly=selected.readonly,
+                                      session=self.ctx.session)
                 self.ctx.conn.write_lines([b"* " + line for line in lines])
 
         def finished(_):

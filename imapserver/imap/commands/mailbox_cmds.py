@@ -1,8 +1,11 @@
 """Mailbox commands.
 
-    select      = "SELECT" SP mailbox          ; RFC 3501 6.3.1
-    examine     = "EXAMINE" SP mailbox         ; 6.3.2
-    create      = "CREATE" SP mailbox          ; 6.3.3 (RFC 6154 USE is not offered)
+    select      = "SELECT" SP mailbox [SP "(" select-param *(SP select-param) ")"]
+                                               ; RFC 3501 6.3.1, RFC 4466 2.1, RFC 7162
+                                               ; (select-param: ../qresync.py)
+    examine     = "EXAMINE" SP mailbox [...]   ; 6.3.2, as SELECT
+    create      = "CREATE" SP mailbox [SP "(" "USE" SP "(" [use-attr *(SP use-attr)] ")" ")"]
+                                               ; 6.3.3, RFC 4466 create-param, RFC 6154 3
     delete      = "DELETE" SP mailbox          ; 6.3.4
     rename      = "RENAME" SP mailbox SP mailbox                         ; 6.3.5
     subscribe   = "SUBSCRIBE" SP mailbox / "UNSUBSCRIBE" SP mailbox      ; 6.3.6, 6.3.7
@@ -10,6 +13,9 @@
                   [SP list-return-opts]                     ; 6.3.8, RFC 5258, 6154, 5819
     lsub        = "LSUB" SP mailbox SP list-mailbox         ; 6.3.9
     status      = "STATUS" SP mailbox SP "(" status-att *(SP status-att) ")"   ; 6.3.10
+    status-att  =/ "SIZE"                      ; RFC 8438: sum of RFC822.SIZE, number64
+    status-att  =/ "MAILBOXID"                 ; RFC 8474 4.3: "MAILBOXID" SP "(" objectid ")"
+    resp-text-code =/ "MAILBOXID" SP "(" objectid ")"   ; RFC 8474 4.1: CREATE, SELECT, EXAMINE
     namespace   = "NAMESPACE"                  ; RFC 2342
     unselect    = "UNSELECT"                   ; RFC 3691
     close       = "CLOSE"                      ; 6.4.2
@@ -20,6 +26,7 @@ from __future__ import annotations
 from twisted.internet import defer
 
 from mailstore.errors import NotFound
+from mailstore.objectids import mailbox_id
 
 from ..context import AUTH, SELECTED, Bad, No, command
 from ..names import (
@@ -31,28 +38,75 @@ from ..names import (
     pattern_regex,
     recursive_match_parents,
 )
+from ..qresync import in_set, missing, parse_select_params, ranges_text
 from ..selected import SelectedMailbox
 from ..wire import Atom
-from .common import flags_lines
+from .common import (
+    enable_condstore,
+    flags_lines,
+    flags_list,
+    modseq_item,
+    modseq_modes,
+    vanished_line,
+)
+from .quota import DELETED_ITEMS, deleted_values
+from .special_use import creatable_use
 
-STATUS_ITEMS = ("MESSAGES", "RECENT", "UIDNEXT", "UIDVALIDITY", "UNSEEN")
+STATUS_ITEMS = ("MESSAGES", "RECENT", "UIDNEXT", "UIDVALIDITY", "UNSEEN", "SIZE", "MAILBOXID",
+                *DELETED_ITEMS, "HIGHESTMODSEQ")
 
 
-def _open(store, user: str, name: str, readonly: bool) -> SelectedMailbox:
+def _open(store, user: str, name: str, readonly: bool, modseqs: bool = False,
+          qresync=None) -> tuple[SelectedMailbox, int, list[bytes]]:
+    """Open the mailbox: the session's view, its HIGHESTMODSEQ (RFC 7162 3.1.2.1) and, for a
+    QRESYNC SELECT whose UIDVALIDITY still holds, the VANISHED (EARLIER) and FETCH responses
+    that resync the client (3.2.5.2)."""
     mailbox = store.mailbox(user, name)
     selected = SelectedMailbox(store, mailbox, readonly)
     selected.load()
-    return selected
+    selected.modseqs = modseqs
+    highest = selected.highest_modseq()
+    lines: list[bytes] = []
+    if qresync is not None and qresync[0] == mailbox.uidvalidity:
+        _uidvalidity, modseq, known = qresync
+        since = store.since_modseq(mailbox, modseq, selected.index)
+        if since.vanished is None:
+            gone = missing(known, selected.uids, selected.known_visible)
+            if gone:
+                lines.append(b"VANISHED (EARLIER) " + ranges_text(gone).encode())
+        else:
+            gone_uids = [u for u in since.vanished if in_set(known, u)]
+            if gone_uids:
+                lines.append(vanished_line(gone_uids, earlier=True))
+        for uid, flags in since.changed:
+            seq = selected.seq_of(uid)
+            if seq is not None:
+                lines.append(b"%d FETCH (UID %d FLAGS %s %s)" % (
+                    seq, uid, flags_list(flags.names, uid in selected.recent),
+                    modseq_item(flags.modseq)))
+    return selected, highest, lines
 
 
 @defer.inlineCallbacks
 def _select(ctx, readonly: bool):
-    ctx.expect_args(1)
+    if not ctx.args:
+        raise Bad(f"{ctx.name} takes a mailbox name")
     name = decode_name(ctx.args[0])
-    # RFC 3501 6.3.1: a failed SELECT leaves no mailbox selected.
+    # RFC 3501 6.3.1: a failed SELECT leaves no mailbox selected.  RFC 7162 3.2.11: what
+    # follows [CLOSED] is about the new mailbox (sent, as by Dovecot, before the parameters
+    # are even looked at, and whether QRESYNC is enabled or not).
     ctx.server.watchers.unwatch(ctx.session)
+    if ctx.session.selected is not None:
+        ctx.untagged(b"OK [CLOSED] Previous mailbox closed")
     ctx.session.selected = None
-    selected = yield ctx.call(_open, ctx.store, ctx.session.user, name, readonly)
+    params = parse_select_params(ctx.args[1:])
+    if params.qresync and "QRESYNC" not in ctx.session.enabled:
+        raise Bad("QRESYNC must be enabled first (RFC 7162 3.2.5)")
+    if params.condstore:
+        yield enable_condstore(ctx)
+    condstore, _ = modseq_modes(ctx.session)
+    selected, highest, resync = yield ctx.call(_open, ctx.store, ctx.session.user, name,
+                                               readonly, condstore, params.qresync)
     ctx.session.selected = selected
     for line in flags_lines(sorted(selected.announced), readonly):
         ctx.untagged(line)
@@ -64,6 +118,11 @@ def _select(ctx, readonly: bool):
     # The mailbox row was read before the index: a message may have arrived in between.
     uidnext = max(selected.mailbox.uidnext, selected.index.marks.visible + 1)
     ctx.untagged(b"OK [UIDNEXT %d] Predicted next UID" % uidnext)
+    # RFC 7162 3.1.2.1: on every SELECT and EXAMINE, CONDSTORE enabled or not.
+    ctx.untagged(b"OK [HIGHESTMODSEQ %d] Highest" % highest)
+    ctx.untagged(b"OK [MAILBOXID (%s)] Ok" % mailbox_id(selected.mailbox.id).encode())
+    for line in resync:
+        ctx.untagged(line)
     ctx.finish(b"OK", f"{ctx.name} completed", "READ-ONLY" if readonly else "READ-WRITE")
 
 
@@ -80,11 +139,13 @@ def examine(ctx):
 @command("CREATE", AUTH, SELECTED)
 @defer.inlineCallbacks
 def create(ctx):
-    ctx.expect_args(1)
+    ctx.expect_args(1, 2)
     name = decode_name(ctx.args[0]).rstrip(DELIMITER)  # RFC 3501: a trailing delimiter is ok
+    use = creatable_use(ctx.args[1]) if len(ctx.args) == 2 else None
     if name.upper() == "INBOX":
         raise No("INBOX always exists", "ALREADYEXISTS")
-    yield ctx.call(ctx.store.create_mailbox, ctx.session.user, name)
+    mailbox = yield ctx.call(ctx.store.create_mailbox, ctx.session.user, name, use)
+    ctx.finish(b"OK", "CREATE completed", f"MAILBOXID ({mailbox_id(mailbox.id)})")
 
 
 @command("DELETE", AUTH, SELECTED)
@@ -252,9 +313,22 @@ def _recent_counts(store, mailboxes, selected) -> dict[bytes, int]:
     return {m.id: _recent(store, m, selected) for m in mailboxes}
 
 
-def _status_line(mailbox, items: list[str], recent: int = 0) -> bytes:
+def _highests(store, mailboxes) -> dict[bytes, int]:
+    return {m.id: store.highest_modseq(m) for m in mailboxes}
+
+
+def _deleted_counts(store, mailboxes, items) -> dict[bytes, dict[str, int]]:
+    return {m.id: deleted_values(store, m, items) for m in mailboxes}
+
+
+def _status_line(mailbox, items: list[str], recent: int = 0,
+                 extra: dict[str, int] | None = None) -> bytes:
+    # SIZE is the mailbox's size counter, which every append, copy, move and expunge keeps
+    # (docs/decisions/0004; fsck repairs it): RFC 8438 asks for the sum of RFC822.SIZE.
+    # ``extra``: the items worked out apart (DELETED, DELETED-STORAGE, HIGHESTMODSEQ).
     values = {"MESSAGES": mailbox.messages, "RECENT": recent, "UIDNEXT": mailbox.uidnext,
-              "UIDVALIDITY": mailbox.uidvalidity, "UNSEEN": mailbox.unseen}
+              "UIDVALIDITY": mailbox.uidvalidity, "UNSEEN": mailbox.unseen,
+              "SIZE": mailbox.size, "MAILBOXID": f"({mailbox_id(mailbox.id)})", **(extra or {})}
     body = " ".join(f"{item} {values[item]}" for item in items)
     return b"STATUS " + encode_name(mailbox.name) + b" (" + body.encode() + b")"
 
@@ -268,9 +342,15 @@ def list_(ctx):
         ctx.untagged(b'LIST (\\Noselect) "/" ""')
         return
     mailboxes, subscribed = yield ctx.call(_list_data, ctx.store, ctx.session.user)
-    recents = {}
+    recents, deleted = {}, {}
     if req.status and "RECENT" in req.status:
         recents = yield ctx.call(_recent_counts, ctx.store, mailboxes, ctx.session.selected)
+    highests = {}
+    if req.status and "HIGHESTMODSEQ" in req.status:
+        yield enable_condstore(ctx)
+        highests = yield ctx.call(_highests, ctx.store, mailboxes)
+    if req.status and set(req.status) & set(DELETED_ITEMS):
+        deleted = yield ctx.call(_deleted_counts, ctx.store, mailboxes, req.status)
     by_name = {m.name: m for m in mailboxes}
     names = set(by_name)
     regexes = [pattern_regex(reference, p) for p in patterns
@@ -317,7 +397,10 @@ def list_(ctx):
             line += b' ("CHILDINFO" ("SUBSCRIBED"))'
         lines.append(line)
         if req.status and mailbox is not None:
-            lines.append(_status_line(mailbox, req.status, recents.get(mailbox.id, 0)))
+            lines.append(_status_line(mailbox, req.status, recents.get(mailbox.id, 0),
+                                      {**deleted.get(mailbox.id, {}),
+                                       **({"HIGHESTMODSEQ": highests[mailbox.id]}
+                                          if mailbox.id in highests else {})}))
     for line in lines:
         ctx.untagged(line)
 
@@ -347,12 +430,19 @@ def status(ctx):
     items = _status_items(ctx.args[1])
     selected = ctx.session.selected
 
+    if "HIGHESTMODSEQ" in items:
+        yield enable_condstore(ctx)  # RFC 7162 3.1: a CONDSTORE-enabling command
+
     def run():
         mailbox = ctx.store.mailbox(ctx.session.user, name)
-        return mailbox, _recent(ctx.store, mailbox, selected) if "RECENT" in items else 0
+        recent = _recent(ctx.store, mailbox, selected) if "RECENT" in items else 0
+        extra = deleted_values(ctx.store, mailbox, items)
+        if "HIGHESTMODSEQ" in items:
+            extra["HIGHESTMODSEQ"] = ctx.store.highest_modseq(mailbox)
+        return mailbox, recent, extra
     try:
-        mailbox, recent = yield ctx.call(run)
+        mailbox, recent, extra = yield ctx.call(run)
     except NotFound:
         raise No(f"Mailbox does not exist: {name}", "NONEXISTENT") from None
-    ctx.untagged(_status_line(mailbox, items, recent))
+    ctx.untagged(_status_line(mailbox, items, recent, extra))
 

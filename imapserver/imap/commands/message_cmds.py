@@ -4,11 +4,13 @@
                                                ; RFC 3501 6.3.11, RFC 3502 MULTIAPPEND
     expunge  = "EXPUNGE"                       ; 6.4.3
     uid-exp  = "UID EXPUNGE" SP sequence-set   ; RFC 4315
-    store    = "STORE" SP sequence-set SP ["+" / "-"] "FLAGS" [".SILENT"] SP
-               (flag-list / (flag *(SP flag)))  ; 6.4.6
+    store    = "STORE" SP sequence-set [SP "(" "UNCHANGEDSINCE" SP mod-sequence-valzer ")"]
+               SP ["+" / "-"] "FLAGS" [".SILENT"] SP
+               (flag-list / (flag *(SP flag)))  ; 6.4.6, RFC 7162 3.1.3
     copy     = "COPY" SP sequence-set SP mailbox          ; 6.4.7, COPYUID (RFC 4315)
     move     = "MOVE" SP sequence-set SP mailbox          ; RFC 6851
-    uid      = "UID" SP (copy / move / fetch / search / store / uid-exp)   ; 6.4.8
+    uid      = "UID" SP (copy / move / fetch / search / store / uid-exp / sort / thread /
+                         replace)                         ; 6.4.8, RFC 5256, RFC 8508
 """
 
 from __future__ import annotations
@@ -25,7 +27,15 @@ from ..context import AUTH, SELECTED, Bad, No, command
 from ..names import decode_name
 from ..seqset import parse_seqset
 from ..wire import Atom, Literal
-from .common import announce_keywords, flags_list, report_changes
+from .common import (
+    announce_keywords,
+    enable_condstore,
+    flags_list,
+    modseq_item,
+    modseq_modes,
+    parse_modseq,
+    report_changes,
+)
 
 _MONTHS = {m: i for i, m in enumerate(calendar.month_abbr) if m}
 
@@ -48,10 +58,16 @@ def uid_set_text(uids: list[int]) -> str:
 
 
 def resolve(ctx, token, uid_mode: bool) -> list[int]:
-    """The UIDs a sequence-set argument names in the selected mailbox (ascending)."""
+    """The UIDs a sequence-set argument names in the selected mailbox (ascending).
+
+    ``$`` is the saved search result (RFC 5182 2.1), the same messages in a UID command and
+    in one numbered by sequence; empty when nothing was saved since SELECT.  Only ``$`` alone:
+    RFC 5182's grammar has no ``$`` inside a set (Dovecot: BAD)."""
     if not isinstance(token, (Atom, bytes)):
         raise Bad("expected a sequence set")
     text = token if isinstance(token, str) else token.decode("ascii", "replace")
+    if text == "$":
+        return ctx.session.selected.saved_uids()
     try:
         return parse_seqset(text).resolve_uids(ctx.session.selected.uids, uid_mode)
     except ValueError as exc:
@@ -118,6 +134,20 @@ def parse_flag_args(args) -> list[str]:
     return flags
 
 
+def take_append_message(args: list, verb: str) -> tuple[list[str], float | None, object]:
+    """Take one ``[flag-list SP] [date-time SP] literal`` off the front of ``args`` (RFC 3501
+    6.3.11 append-message; RFC 8508 REPLACE takes the same): ``(flags, internal date or None,
+    message)``, the message a literal's bytes or a spooled file.  BAD without a literal."""
+    flags, date = [], None
+    if args and isinstance(args[0], list):
+        flags = parse_flag_args([args.pop(0)])
+    if args and isinstance(args[0], bytes) and not isinstance(args[0], Literal):
+        date = parse_date_time(args.pop(0))
+    if not args or not (isinstance(args[0], Literal) or hasattr(args[0], "read")):
+        raise Bad(f"{verb} expects a message literal")
+    return flags, date, args.pop(0)
+
+
 def _writable(ctx):
     if ctx.session.selected.readonly:
         raise No("Mailbox is read-only", "READ-ONLY")
@@ -134,14 +164,7 @@ def append(ctx):
     messages = []
     args = ctx.args[1:]
     while args:
-        flags, date = [], None
-        if isinstance(args[0], list):
-            flags = parse_flag_args([args.pop(0)])
-        if args and isinstance(args[0], bytes) and not isinstance(args[0], Literal):
-            date = parse_date_time(args.pop(0))
-        if not args or not (isinstance(args[0], Literal) or hasattr(args[0], "read")):
-            raise Bad("APPEND expects a message literal")
-        messages.append((flags, date, args.pop(0)))
+        messages.append(take_append_message(args, "APPEND"))
     user = ctx.session.user
 
     def run():
@@ -195,6 +218,14 @@ def expunge(ctx):
 
 @defer.inlineCallbacks
 def _store(ctx, uid_mode: bool):
+    unchanged_since = None
+    if len(ctx.args) > 1 and isinstance(ctx.args[1], list):
+        # RFC 7162 3.1.3: the one store modifier we know; a CONDSTORE-enabling command.
+        modifier = ctx.args.pop(1)
+        if len(modifier) != 2 or str(modifier[0]).upper() != "UNCHANGEDSINCE":
+            raise Bad("Unknown STORE modifier (only UNCHANGEDSINCE is supported)")
+        unchanged_since = parse_modseq(modifier[1], zero=True)
+        yield enable_condstore(ctx)
     if len(ctx.args) < 3:
         raise Bad("STORE takes a sequence set, an item and flags")
     _writable(ctx)
@@ -208,22 +239,48 @@ def _store(ctx, uid_mode: bool):
     flags = parse_flag_args(ctx.args[2:])
     selected = ctx.session.selected
 
+    condstore, qresync = modseq_modes(ctx.session)
+
     def run():
-        changed, _ = ctx.store.store_flags(selected.mailbox, uids, flags, mode)
-        return changed, [] if silent else ctx.store.fetch(selected.mailbox, uids)
-    changed, views = yield ctx.call(run)
+        changed, failed = ctx.store.store_flags(selected.mailbox, uids, flags, mode,
+                                                unchanged_since)
+        return changed, failed, [] if silent else ctx.store.fetch(
+            selected.mailbox, [u for u in uids if u not in set(failed)])
+    changed, failed, views = yield ctx.call(run)
     selected.note_own_flags(changed)  # .SILENT too: the client knows what it set
+    updates = []
+    if selected.contexts and changed:
+        updates = yield ctx.call(selected.retest_contexts, [uid for uid, _flags in changed])
     # A keyword new to the client is announced before the FETCH that shows it, .SILENT or
     # not (RFC 3501 7.2.6; Dovecot does the same).
     announce_keywords(ctx, (name for view in views for name in view.flags.names))
+    if silent and condstore:
+        # RFC 7162 3.1.3: the new MODSEQ of each message changed, even with .SILENT.
+        for uid, new in changed:
+            seq = selected.seq_of(uid)
+            if seq is not None:
+                item = modseq_item(new.modseq)
+                if uid_mode or qresync:
+                    item = b"UID %d " % uid + item
+                ctx.untagged(b"%d FETCH (%s)" % (seq, item))
     for view in views:
         seq = selected.seq_of(view.uid)
         if seq is None:
             continue
         item = b"FLAGS " + flags_list(view.flags.names, view.uid in selected.recent)
-        if uid_mode:
+        if uid_mode or qresync:  # RFC 7162 3.2.4: UID in every FETCH once QRESYNC is on
             item = b"UID %d " % view.uid + item
+        if condstore:
+            item += b" " + modseq_item(view.modseq)
         ctx.untagged(b"%d FETCH (%s)" % (seq, item))
+    for line in updates:  # RFC 5267 4.3.2: after the FETCH that caused them
+        ctx.untagged(line)
+    if failed:
+        # RFC 7162 3.1.3: the messages whose MODSEQ was above UNCHANGEDSINCE, by UID for
+        # UID STORE, else by sequence number.
+        named = failed if uid_mode else sorted(
+            s for s in (selected.seq_of(u) for u in failed) if s is not None)
+        ctx.finish(b"OK", "Conditional STORE failed", f"MODIFIED {uid_set_text(named)}")
 
 
 @command("STORE", SELECTED)
@@ -292,12 +349,21 @@ def uid(ctx):
     if sub == "SEARCH":
         from .search_cmd import search_command
         return search_command(ctx, uid_mode=True)
+    if sub == "SORT":
+        from .sort_cmd import sort_command
+        return sort_command(ctx, uid_mode=True)
+    if sub == "THREAD":
+        from .sort_cmd import thread_command
+        return thread_command(ctx, uid_mode=True)
     if sub == "STORE":
         return _store(ctx, uid_mode=True)
     if sub == "COPY":
         return _transfer(ctx, uid_mode=True, move=False)
     if sub == "MOVE":
         return _transfer(ctx, uid_mode=True, move=True)
+    if sub == "REPLACE":
+        from .replace_cmd import replace_command
+        return replace_command(ctx, uid_mode=True)
     if sub == "EXPUNGE":
         ctx.expect_args(1)
         return _expunge(ctx, resolve(ctx, ctx.args[0], uid_mode=True))

@@ -1,0 +1,76 @@
+"""REPLACE (RFC 8508): save a new version of a message (a draft, a note) in one command.
+
+    replace     = "REPLACE" SP seq-number SP mailbox append-message     ; RFC 8508 5
+    uid-replace = "UID" SP "REPLACE" SP uniqueid SP mailbox append-message
+    append-message = [SP flag-list] [SP date-time] SP literal           ; as APPEND's
+
+The new message is appended to ``mailbox`` and the replaced one expunged from the selected
+mailbox (RFC 8508 3.4), by ``MailStore.replace`` in that order (docs/decisions/0017).  The
+client hears ``OK [APPENDUID ...]`` untagged before the EXPUNGE (RFC 8508 4.3), then the
+EXPUNGE (VANISHED once QRESYNC is enabled: report_changes chooses, RFC 7162 3.2.10) and,
+when ``mailbox`` is the selected one, the EXISTS of the new message.
+"""
+
+from __future__ import annotations
+
+from twisted.internet import defer
+
+from ..context import SELECTED, Bad, No, command
+from ..names import decode_name
+from ..wire import Atom
+from .common import report_changes
+from .message_cmds import _existing, _writable, resolve, take_append_message
+
+
+def _replaced_uid(ctx, token, uid_mode: bool) -> int | None:
+    """The UID the seq-number / uniqueid names (``*``: the last message), None for a UID the
+    session does not hold.  One number only: RFC 8508 5 takes no set (BAD)."""
+    text = str(token) if isinstance(token, Atom) else ""
+    if not (text == "*" or (text.isdigit() and not text.startswith("0"))):
+        raise Bad("REPLACE takes one message number")
+    uids = resolve(ctx, token, uid_mode)  # BAD for a sequence number out of range
+    return uids[0] if uids else None
+
+
+@defer.inlineCallbacks
+def replace_command(ctx, uid_mode: bool):
+    if len(ctx.args) < 3:
+        raise Bad("REPLACE takes a message number, a mailbox and a message")
+    args = list(ctx.args)
+    token = args.pop(0)
+    name = decode_name(args.pop(0))
+    try:
+        flags, date, message = take_append_message(args, "REPLACE")
+        if args:
+            raise Bad("REPLACE takes one message")  # no MULTIAPPEND (RFC 8508 4.7)
+        _writable(ctx)  # RFC 8508 3.4: the replaced message must be expungeable
+        selected = ctx.session.selected
+        old_uid = _replaced_uid(ctx, token, uid_mode)
+        if old_uid is None and str(token) == "*":
+            raise No("No message to replace", "EXPUNGEISSUED")
+        user = ctx.session.user
+
+        def run():
+            target = _existing(ctx.store, user, name)  # NO [TRYCREATE] (RFC 8508 3.4)
+            # A UID this session does not hold is asked of the store too: it may have come
+            # since the last refresh; if it is not there, Expunged (NO [EXPUNGEISSUED]).
+            uid = old_uid if old_uid is not None else int(str(token))
+            return target, uid, ctx.store.replace(selected.mailbox, uid, target, message,
+                                                  flags, date)
+        target, uid, (validity, new_uid) = yield ctx.call(run)
+    finally:
+        # A literal spooled to a file (large messages) is closed whatever became of it: also
+        # when the arguments around it were refused.
+        for item in ctx.args:
+            if hasattr(item, "close"):
+                item.close()
+    # RFC 8508 4.3: APPENDUID in an untagged OK before the EXPUNGE; then the EXPUNGE and the
+    # EXISTS (when the target is the selected mailbox) as MOVE's are reported.
+    ctx.untagged(f"OK [APPENDUID {validity} {new_uid}] Replacement message ready".encode())
+    yield report_changes(ctx, expunged=selected.forget([uid]))
+    ctx.finish(b"OK", "REPLACE completed")
+
+
+@command("REPLACE", SELECTED)
+def replace(ctx):
+    return replace_command(ctx, uid_mode=False)
