@@ -188,8 +188,10 @@ INTENTS = TableDef(
     purpose="Intent records of multi-row operations (move, copy, expunge, flag changes that flip "
             "\\Seen), rolled forward on recovery; "
             "release records of content whose last reference went, deleted after a grace period.",
-    row_key="16-byte source mailbox UUID + 16-byte intent id; release records: 15 NUL bytes "
-            "and 0x01 (no UUID4) + 8-byte big-endian release time (s) + 16-byte content id",
+    row_key="16-byte mailbox UUID (the source; the target for a copy) + 16-byte intent id; "
+            "release records: 15 NUL bytes and 0x01 (no UUID4) + 8-byte big-endian release "
+            "time (s) + 16-byte content id; intents are only read by a mailbox prefix scan "
+            "with i:op, release records only in their key range",
     families={"i": "i:op (JSON: kind, target, uids and allocated target UIDs), i:at (time; "
                    "moved to now by check-and-put when a roll forward leases it); "
                    "i:released (the content id) in release records"},
