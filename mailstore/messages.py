@@ -629,8 +629,14 @@ class Messages:
                     modseq = self.boxes.rows.increment(mailbox.id, MODSEQ)
                     new = Flags(modseq, frozenset(names))
                 delta = int(current.seen) - int(new.seen)
-                if intent is not None and flips.get(view.uid) != ((new, delta) if delta
-                                                                   else None):
+                if intent is None and journal is not None and delta:
+                    # A retry after a concurrent change flips \Seen where no write had been
+                    # planned to: recorded in an intent before it is made, like the others
+                    # (the writes made so far flipped nothing, so nothing is counted yet).
+                    flips[view.uid] = (new, delta)
+                    intent = journal.begin_flags(mailbox.id, flips)
+                elif intent is not None and flips.get(view.uid) != ((new, delta) if delta
+                                                                     else None):
                     # A retry after a concurrent change: the intent must name this write.
                     if delta:
                         flips[view.uid] = (new, delta)

@@ -468,3 +468,34 @@ def test_replace_cut_at_every_write_on_the_embedded_store_loses_nothing(tmp_path
         crash_everywhere(backend, lambda s: _fill(s, 2), replace, recover)
     finally:
         backend.close()
+
+
+def test_store_retry_that_flips_seen_is_counted_once_through_a_crash(backend):
+    """RFC 3501 6.4.6: STORE FLAGS ($kw) decided on a read where the message was unseen,
+    racing another session's +FLAGS \\Seen: its retry clears \\Seen, a flip no intent had
+    planned.  Killed between that write and the count, UNSEEN stayed one too low for good;
+    the retry must record its flip in an intent first, so the roll forward counts it."""
+    clock = Clock()
+    store = _store(backend, clock)
+    user, uids = _fill(store, 1)           # message 0: unseen
+    inbox = store.mailbox(user, "INBOX")
+    stale = store.messages.get(inbox.id, uids, None)
+    store.store_flags(inbox, uids, ["\\Seen"], "add")     # the other session
+    cas = []
+
+    def after_flag_write(table, method, args):
+        if table == "JAMES_MESSAGES" and method == "check_and_put":
+            cas.append(True)
+        return len(cas) >= 2 and table == "JAMES_MAILBOXES"
+    dying = _store(DyingBackend(backend, DieAt(after_flag_write)), clock)
+    with pytest.raises(Crash):
+        dying.messages.store_flags(dying.mailbox(user, "INBOX"), uids, ["$kw"], "replace",
+                                   views=stale, journal=dying.transfers)
+    clock.sleep(INTENT_TIMEOUT + 1)
+    store = _store(backend, clock)
+    assert [v.flags.names for v in store.iter_messages(store.mailbox(user, "INBOX"))] == \
+        [frozenset({"$kw"})]
+    _open_all(store, user)
+    clock.sleep(ABANDON_AFTER + 1)
+    _open_all(store, user)
+    assert_exact(store, user, "retry flip")
