@@ -363,6 +363,41 @@ class ContentStore:
         self.release(freed)
         return freed
 
+    def decref_once(self, counts: dict[bytes, int], marker: bytes) -> list[bytes]:
+        """:meth:`decref_many` as one step of an intent, exactly once per content row.
+
+        ``marker`` is the step's marker cell (``mailboxes.step_column``).  Each row's
+        references and its marker change in one call, and rows whose marker is already there
+        are skipped, so an intent rolled forward after a crash never drops a reference twice.
+        The remaining counts are read afterwards (a value returned by the increment would cost
+        a call of its own over HBase, apart from the marker); content left with none is
+        released, again if a crash came before the release record (releasing twice is
+        harmless: decision 0011).  Returns the ids released.
+        """
+        ids = list(counts)
+        done = {cid for cid, _ in self.table.rows(ids, [marker])}
+        for cid in ids:
+            if cid not in done:
+                self.table.increment_many(cid, {REFS: -counts[cid], marker: 1})
+        freed = [cid for cid, row in self.table.rows(ids, [REFS])
+                 if decode_counter(row.get(REFS)) <= 0]
+        self.release(freed)
+        return freed
+
+    def incref_once(self, counts: dict[bytes, int], marker: bytes) -> None:
+        """Add ``counts[content_id]`` references to each content, as one step of an intent:
+        exactly once per row, as :meth:`decref_once` drops them."""
+        ids = list(counts)
+        done = {cid for cid, _ in self.table.rows(ids, [marker])}
+        for cid in ids:
+            if cid not in done:
+                self.table.increment_many(cid, {REFS: counts[cid], marker: 1})
+
+    def forget_steps(self, content_ids: list[bytes], markers: list[bytes]) -> None:
+        """Remove an intent's marker cells once the intent itself is gone."""
+        if content_ids:
+            self.table.mutate_rows([Mutation(cid, deletes=markers) for cid in content_ids])
+
     def release(self, content_ids: list[bytes]) -> None:
         """Content whose last reference is gone: delete it once the grace period is over.
 

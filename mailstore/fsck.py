@@ -2,7 +2,9 @@
 
 What is checked (docs/decisions/0004-counters-and-fsck.md):
 
-* unfinished moves and expunges (intents): rolled forward;
+* unfinished moves, copies, expunges and flag changes (intents): rolled forward (the server
+  does so itself on the next open after ``intent_timeout``); marker cells of counting steps
+  whose intent is gone: removed by ``--repair``, as routine;
 * mailboxes left half-deleted, mailbox rows no index row reaches, stale index rows;
 * per mailbox: message, unseen and size counters against the rows; the UID counter against the
   highest UID; the watermark against UIDs left in flight; rows in odd states;
@@ -27,9 +29,19 @@ from . import keys
 from .backends.base import Mutation, decode_counter, prefix_stop
 from .content import INFO, REFS, STARTED, SWEEP_BATCH
 from .imports import UID_CELL
-from .mailboxes import COUNT, DELETING, LIVE, SIZE, UID, UNSEEN, VISIBLE, Mailbox
+from .mailboxes import (
+    COUNT,
+    DELETING,
+    LIVE,
+    SIZE,
+    UID,
+    UNSEEN,
+    VISIBLE,
+    Mailbox,
+    step_intent,
+)
 from .messages import FLAGS, PENDING_CELLS, STATE
-from .records import ABANDONED, COMMITTED, MOVING, Flags, MessageRecord, state_of, with_state
+from .records import ABANDONED, COMMITTED, MOVING, Flags, MessageRecord, state_of, unclaimed
 from .records import DELETING as DELETING_STATE
 from .schema import CHANGES, IMPORTS
 from .store import MailStore, purge_mailbox_messages
@@ -141,7 +153,7 @@ class Fsck:
             state = state_of(raw)
             if state == MOVING and not store.transfers.pending(mailbox.id):
                 if self.repair:
-                    table.check_and_put(key, STATE, raw, STATE, with_state(raw, COMMITTED))
+                    table.check_and_put(key, STATE, raw, STATE, unclaimed(raw))
                 self.report.add("message", f"{where} uid {uid}", "claimed by a move that "
                                 "no longer exists", self.repair)
                 state = COMMITTED
@@ -213,6 +225,7 @@ class Fsck:
                                                          columns=[b"m", b"c"]):
             if mailbox_id == keys.STORE_ROW:
                 continue
+            self._stale_markers(store.mailboxes.rows, mailbox_id, row)
             owner = row.get(b"m:owner", b"").decode()
             name = row.get(b"m:name", b"").decode()
             reached = store.mailboxes.index.row(keys.index_key(owner, name), [b"i:id"]) \
@@ -231,6 +244,17 @@ class Fsck:
                 store.changes.drop(mailbox_id)
                 store.mailboxes.remove_row(mailbox_id)
             self.report.add("mailbox", f"{owner}:{name}", detail, self.repair)
+
+    def _stale_markers(self, table, key: bytes, row: dict[bytes, bytes]) -> None:
+        """Marker cells of counting steps whose intent is gone: a crash between deleting the
+        intent and its markers leaves them.  Inert (nothing reads a marker without its
+        intent), so not a problem; --repair removes them, as it deletes released content."""
+        stale = [c for c in row if (intent := step_intent(c)) is not None
+                 and not self.store.transfers.intents.row(intent, [b"i:op"])]
+        if stale:
+            self.report.checked["stale step markers"] += len(stale)
+            if self.repair:
+                table.delete(key, stale)
 
     def _count_refs(self, mailbox_id: bytes) -> None:
         start, stop = keys.message_range(mailbox_id)
@@ -262,8 +286,9 @@ class Fsck:
         released = store.content.pending_releases()
         fixes: list[Mutation] = []
         for content_id, row in table.scan(start=b"", stop=b"\xff" * 17,
-                                          columns=[INFO, REFS, STARTED]):
+                                          columns=[INFO, b"r", STARTED]):
             self.report.checked["contents"] += 1
+            self._stale_markers(table, content_id, row)
             actual = self.refs.get(content_id, 0)
             recorded = decode_counter(row.get(REFS))
             where = f"content {content_id.hex()}"

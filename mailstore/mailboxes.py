@@ -40,6 +40,24 @@ Not one of COUNTERS: fsck has nothing to recompute it from."""
 
 LIVE, DELETING = b"live", b"deleting"
 
+def step_column(family: bytes, intent_key: bytes, step: str) -> bytes:
+    """The marker cell, in ``family`` (``c`` of a mailbox row, ``r`` of a content row), that
+    says step ``step`` of the intent ``intent_key`` has been applied to that row:
+    ``c:~<intent key, hex>.<step>``, incremented in the same call as the counters it accounts
+    for, deleted after its intent (docs/decisions/0004)."""
+    return family + b":~" + intent_key.hex().encode() + b"." + step.encode()
+
+
+def step_intent(column: bytes) -> bytes | None:
+    """The intent key a marker cell names, or None if ``column`` is no marker."""
+    _family, _, qualifier = column.partition(b":")
+    if not qualifier.startswith(b"~"):
+        return None
+    try:
+        return bytes.fromhex(qualifier[1:].split(b".")[0].decode())
+    except ValueError:
+        return None
+
 ID_CACHE = 10_000
 """Mailbox ids remembered by (user, name) per process, each checked against its row on use."""
 
@@ -116,6 +134,8 @@ class Mailboxes:
         mailbox_id = self.index.row(keys.index_key(user, name), [b"i:id"]).get(b"i:id")
         mailbox = self._named(mailbox_id, user, name) if mailbox_id else None
         if mailbox is None:
+            if mailbox_id:
+                self._undo_half_created(user, name, mailbox_id)
             raise NotFound(f"no such mailbox: {name}")
         if len(self._ids) >= ID_CACHE:
             self._ids.clear()  # crude bound; a miss only costs the index read
@@ -143,6 +163,8 @@ class Mailboxes:
             if row and row.get(b"m:state") == LIVE and row[b"m:name"].decode() == name \
                     and row[b"m:owner"].decode() == user:
                 result.append(Mailbox.from_row(cells[b"i:id"], row))
+            elif not row:
+                self._undo_half_created(user, name, cells[b"i:id"])
         return result
 
     # -- changes --------------------------------------------------------------------------------
@@ -161,22 +183,35 @@ class Mailboxes:
         # Counters start as explicit zeros so that check-and-put on the watermark always
         # compares bytes with bytes.
         cells.update({c: encode_counter(0) for c in (*COUNTERS, RECENT)})
-        # The mailbox row first, then the index row that makes it findable: a crash between the
-        # two leaves an unreachable row that fsck removes, never an index row to nothing.
-        self.rows.put(mailbox_id, cells)
-        if not self.index.check_and_put(keys.index_key(user, name), b"i:id", None,
-                                        b"i:id", mailbox_id):
-            self.rows.delete(mailbox_id)
+        # The index row first (it claims the name), then the mailbox row.  A crash between the
+        # two leaves an index row to no row at all, which the next lookup, listing or CREATE
+        # of the name removes (_undo_half_created): the CREATE was never acknowledged, so
+        # undoing it is the recovery.  (The other order left a row no name reaches, which
+        # only fsck could find: issue 16.)
+        index_key = keys.index_key(user, name)
+        if not self.index.check_and_put(index_key, b"i:id", None, b"i:id", mailbox_id):
             existing = self._index_target(user, name)
             if existing is not None:
                 raise AlreadyExists(f"mailbox already exists: {name}")
-            # A stale index row (crash in delete/rename) holds the name: reclaim it.
-            stale = self.index.row(keys.index_key(user, name)).get(b"i:id")
-            self.index.delete(keys.index_key(user, name))
+            # A stale index row (crash in create/delete/rename) holds the name: reclaim it.
+            stale = self.index.row(index_key).get(b"i:id")
+            self.index.delete(index_key)
             if stale is not None:
                 return self.create(user, name, special_use)
             raise AlreadyExists(f"mailbox already exists: {name}")
+        self.rows.put(mailbox_id, cells)
+        if self.index.row(index_key, [b"i:id"]).get(b"i:id") != mailbox_id:
+            # A reader took our index row for a dead creator's in the moment between the two
+            # writes: take the row back and claim the name again.
+            self.rows.delete(mailbox_id)
+            return self.create(user, name, special_use)
         return Mailbox(mailbox_id, user, name, uidvalidity, special_use)
+
+    def _undo_half_created(self, user: str, name: str, mailbox_id: bytes) -> None:
+        """An index row whose mailbox row does not exist at all: a CREATE died between its
+        two writes (deletion and rename never leave one).  Remove it."""
+        if not self.rows.row(mailbox_id, [b"m:state"]):
+            self.index.delete(keys.index_key(user, name))
 
     def _index_target(self, user: str, name: str) -> Mailbox | None:
         try:
@@ -262,6 +297,18 @@ class Mailboxes:
         deltas = {c: d for c, d in ((COUNT, messages), (UNSEEN, unseen), (SIZE, size)) if d}
         if deltas:
             self.rows.increment_many(mailbox_id, deltas)
+
+    def count_once(self, mailbox_id: bytes, step: bytes, messages: int = 0, unseen: int = 0,
+                   size: int = 0) -> None:
+        """:meth:`add_counts` as one step of an intent: the counters and the step's marker
+        cell (:func:`step_column`) change in one call, so whoever rolls the intent forward
+        reads the marker and never counts the step twice (docs/decisions/0004)."""
+        deltas = {c: d for c, d in ((COUNT, messages), (UNSEEN, unseen), (SIZE, size)) if d}
+        self.rows.increment_many(mailbox_id, {**deltas, step: 1})
+
+    def steps_done(self, mailbox_id: bytes, steps: list[bytes]) -> set[bytes]:
+        """Which of an intent's counting steps (marker cells) have been applied here."""
+        return set(self.rows.row(mailbox_id, steps))
 
     def claim_recent(self, mailbox_id: bytes, up_to_uid: int, guess: int = 0
                      ) -> tuple[int, int]:

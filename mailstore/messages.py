@@ -210,6 +210,8 @@ class Messages:
         self.clock = clock
         self.sleep = sleep
         self.abandon_after = abandon_after
+        # UIDs a reader found allocated but unwritten: (mailbox, uid) -> first seen (settle).
+        self._stalled: dict[tuple[bytes, int], float] = {}
 
     # -- content --------------------------------------------------------------------------------
 
@@ -445,6 +447,46 @@ class Messages:
             self.sleep(delay)
             delay = min(delay * 2, 0.05)
 
+    def settle(self, mailbox_id: bytes, visible: int, last: int) -> int:
+        """:meth:`advance` for a reader, which never waits: move the watermark over the UIDs
+        above ``visible`` (up to ``last``, the allocated UID) that are settled, giving up
+        those this process has seen unwritten for ``abandon_after`` seconds and stripping
+        what a dead writer had put there.  Returns the watermark as it leaves it.
+
+        Opening a mailbox calls this when its watermark is behind its allocated UID, so UIDs
+        a killed process allocated (an APPEND cut before its commit, a MOVE cut before it
+        wrote its intent) are given up on the next opens instead of waiting for the next
+        writer, or for fsck to call them a problem.
+        """
+        start, stop = keys.message_range(mailbox_id, visible + 1, last)
+        found = {keys.message_key_uid(k): r for k, r in self.table.scan(start=start, stop=stop)}
+        now = self.clock()
+        stalled = self._stalled
+        for uid in range(visible + 1, last + 1):
+            if STATE not in found.get(uid, {}):
+                stalled.setdefault((mailbox_id, uid), now)
+        reach = visible
+        for uid in range(visible + 1, last + 1):
+            row = found.get(uid, {})
+            if STATE not in row:
+                if now - stalled.get((mailbox_id, uid), now) < self.abandon_after:
+                    break
+                key = keys.message_key(mailbox_id, uid)
+                if not self.table.check_and_put(key, STATE, None, STATE, ABANDONED):
+                    break  # its writer committed it after all: the next open moves on
+                if len(row):
+                    self.table.delete(key, list(PENDING_CELLS))
+            elif row[STATE] == ABANDONED and len(row) > 1:
+                self.table.delete(keys.message_key(mailbox_id, uid), list(PENDING_CELLS))
+            stalled.pop((mailbox_id, uid), None)
+            reach = uid
+        if reach > visible:
+            self.boxes.rows.check_and_put(mailbox_id, VISIBLE, encode_counter(visible),
+                                          VISIBLE, encode_counter(reach))
+        if len(stalled) > 10_000:
+            stalled.clear()  # crude bound; a UID forgotten here is only noted again
+        return reach
+
     # -- reading --------------------------------------------------------------------------------
 
     def scan(self, mailbox_id: bytes, low_uid: int = 1, high_uid: int | None = None,
@@ -524,8 +566,8 @@ class Messages:
 
     def store_flags(self, mailbox: Mailbox, uids: Iterable[int], flags: Iterable[str],
                     mode: str = "add", unchanged_since: int | None = None,
-                    views: list[MessageView] | None = None, modseqs: Iterable[int] = ()
-                    ) -> tuple[list[tuple[int, Flags]], list[int]]:
+                    views: list[MessageView] | None = None, modseqs: Iterable[int] = (),
+                    journal=None) -> tuple[list[tuple[int, Flags]], list[int]]:
         """Change flags (RFC 3501 6.4.6); returns (changed messages, UIDs that failed the
         UNCHANGEDSINCE test of RFC 7162).  ``views``: the messages' summaries, if the caller
         has just read them (``uids`` is then ignored); ``modseqs``: MODSEQs the caller has
@@ -533,6 +575,10 @@ class Messages:
 
         Each message's flags cell is changed by check-and-put, so two sessions changing the same
         message never lose each other's change, and only the winner adjusts the unseen counter.
+        ``journal`` (the store's Transfers): when a change flips ``\\Seen``, the writes that do
+        are recorded in an intent first and the unseen counter changes once, with the marker
+        of that intent, so a process killed in between is counted by the roll forward
+        (docs/decisions/0004).
         """
         wanted = canonical_flags(flags)
         if views is None:
@@ -551,8 +597,24 @@ class Messages:
             need = will_change - len(spare)
             top = self.boxes.rows.increment(mailbox.id, MODSEQ, need)
             spare += range(top - need + 1, top + 1)
-        changed, failed, unseen_delta = [], [], 0
+        # Each write's new value is decided up front (its MODSEQ from ``spare``, in order), so
+        # that those flipping \\Seen can be recorded before any is made.
+        plan = []
         for view in views:
+            if unchanged_since is not None and view.flags.modseq > unchanged_since:
+                plan.append((view, None))
+                continue
+            names = target(view.flags)
+            new = None
+            if names != view.flags.names:
+                modseq = spare.pop(0) if spare else self.boxes.rows.increment(mailbox.id, MODSEQ)
+                new = Flags(modseq, frozenset(names))
+            plan.append((view, new))
+        flips = {v.uid: (new, int(v.flags.seen) - int(new.seen)) for v, new in plan
+                 if new is not None and new.seen != v.flags.seen}
+        intent = journal.begin_flags(mailbox.id, flips) if journal and flips else None
+        changed, failed, unseen_delta = [], [], 0
+        for view, new in plan:
             key = keys.message_key(mailbox.id, view.uid)
             current = view.flags
             expected = current.encode()
@@ -560,15 +622,32 @@ class Messages:
                 if unchanged_since is not None and current.modseq > unchanged_since:
                     failed.append(view.uid)
                     break
-                names = target(current)
-                if names == current.names:
-                    break
-                modseq = spare.pop(0) if spare else self.boxes.rows.increment(mailbox.id, MODSEQ)
-                new = Flags(modseq, frozenset(names))
+                if new is None:
+                    names = target(current)
+                    if names == current.names:
+                        break
+                    modseq = self.boxes.rows.increment(mailbox.id, MODSEQ)
+                    new = Flags(modseq, frozenset(names))
+                delta = int(current.seen) - int(new.seen)
+                if intent is None and journal is not None and delta:
+                    # A retry after a concurrent change flips \Seen where no write had been
+                    # planned to: recorded in an intent before it is made, like the others
+                    # (the writes made so far flipped nothing, so nothing is counted yet).
+                    flips[view.uid] = (new, delta)
+                    intent = journal.begin_flags(mailbox.id, flips)
+                elif intent is not None and flips.get(view.uid) != ((new, delta) if delta
+                                                                     else None):
+                    # A retry after a concurrent change: the intent must name this write.
+                    if delta:
+                        flips[view.uid] = (new, delta)
+                    else:
+                        flips.pop(view.uid, None)
+                    journal.note_flags(intent, flips)
                 if self.table.check_and_put(key, FLAGS, expected, FLAGS, new.encode()):
-                    unseen_delta += int(current.seen) - int(new.seen)
+                    unseen_delta += delta
                     changed.append((view.uid, new))
                     break
+                new = None
                 row = self.table.row(key, [STATE, FLAGS])
                 if state_of(row.get(STATE)) not in VISIBLE_STATES:
                     break  # expunged meanwhile
@@ -576,7 +655,9 @@ class Messages:
                 # written in another form than ours can never make this loop for ever.
                 expected = row.get(FLAGS)
                 current = Flags.decode(expected)
-        if unseen_delta:
+        if intent is not None:
+            journal.end_flags(mailbox.id, intent, unseen_delta)
+        elif unseen_delta:
             self.boxes.add_counts(mailbox.id, unseen=unseen_delta)
         return changed, failed
 

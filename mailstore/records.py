@@ -4,8 +4,9 @@
 first byte is the row's state:
 
 * ``C`` + record: committed and visible.
-* ``M`` + record: committed, visible, and claimed by a move in progress (see docs/decisions).
-* ``D`` + record: being expunged; invisible.
+* ``M`` + record + intent id: committed, visible, and claimed by a move in progress (see
+  docs/decisions/0003; the 16-byte id of the intent that claimed it follows the record).
+* ``D`` + record + intent id: being expunged; invisible.
 * ``X``: the UID was abandoned by a writer that stalled or crashed; invisible forever.
 
 The record after the state byte is a version byte (1) and fixed-size little-endian fields
@@ -66,7 +67,10 @@ class MessageRecord:
         if raw[1:2] == _VERSION:
             content, size, date, modseq, uid, header_size, lines, chunk_size = \
                 _LAYOUT.unpack_from(raw, 2)
-            saved = _SAVED.unpack_from(raw, _SAVED_AT)[0] if len(raw) >= _SAVED_AT + 8 else None
+            # The tail is 8 (save date) or 24 (save date, owner) bytes when a save date is
+            # kept; 16 alone is a claim's owner on a record without one.
+            saved = _SAVED.unpack_from(raw, _SAVED_AT)[0] \
+                if len(raw) - _SAVED_AT in (8, 24) else None
             return cls(uid, content, size, date, modseq, header_size, lines, chunk_size, saved)
         body = json.loads(raw[1:])  # the first, JSON, layout
         return cls(uid=body["uid"], content=bytes.fromhex(body["c"]), size=body["size"],
@@ -82,6 +86,44 @@ def state_of(raw: bytes | None) -> bytes | None:
 def with_state(raw: bytes, state: bytes) -> bytes:
     """The same commit record in another state (for the check-and-put that changes it)."""
     return state + raw[1:]
+
+
+_RECORD_END = 2 + _LAYOUT.size
+_OWNER_LEN = 16
+
+
+def _tail(raw: bytes) -> tuple[bytes, bytes]:
+    """A version-1 record split into (record with its save date if any, owner or b"").  The
+    tail after ``_LAYOUT`` is 0 or 8 bytes (save date) in a committed record and 16 or 24 in
+    a claimed one (save date if any, then the owner): the lengths tell them apart."""
+    extra = len(raw) - _RECORD_END
+    if extra >= _OWNER_LEN:
+        return raw[:len(raw) - _OWNER_LEN], raw[len(raw) - _OWNER_LEN:]
+    return raw, b""
+
+
+def claimed_by(raw: bytes, state: bytes, owner: bytes) -> bytes:
+    """The commit record claimed (``M`` or ``D``) by the intent ``owner`` (its 16-byte id),
+    which follows the record and its save date: a roll forward then takes only the rows its
+    own intent claimed, never those a later operation claimed after it died (decision 0003).
+    The save date (RFC 8514) is kept.  Records of the first, JSON, layout carry no owner."""
+    if raw[1:2] != _VERSION:
+        return with_state(raw, state)
+    return state + _tail(raw)[0][1:] + owner
+
+
+def owner_of(raw: bytes) -> bytes | None:
+    """The intent id a claimed record names, or None (a claim from before owners existed)."""
+    if raw[1:2] != _VERSION:
+        return None
+    return _tail(raw)[1] or None
+
+
+def unclaimed(raw: bytes) -> bytes:
+    """A claimed record back to committed, without its owner (its save date kept)."""
+    if raw[1:2] != _VERSION:
+        return with_state(raw, COMMITTED)
+    return COMMITTED + _tail(raw)[0][1:]
 
 
 _NAMES: dict[bytes, frozenset[str]] = {}

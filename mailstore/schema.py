@@ -104,7 +104,9 @@ MAILBOXES = TableDef(
              "count, unseen, size; logseq (last change-log entry allocated) and logmark (the "
              "change-log watermark, by check-and-put); recent (the \\Recent watermark: the "
              "highest UID some session has claimed as recent, by check-and-put; "
-             "docs/decisions/0010-recent.md)",
+             "docs/decisions/0010-recent.md); ~<intent key hex>.<step>: marker of an intent's "
+             "counting step, incremented with the counters it changes, deleted after the intent "
+             "(docs/decisions/0004)",
     },
     access="get by UUID (from the name index); increments on append/flag change/expunge; "
            "one check-and-put of c:recent per read-write SELECT, and per refresh that finds "
@@ -129,7 +131,8 @@ MESSAGES = TableDef(
     families={
         "m": "metadata, written once: s (commit record: state byte + packed uid, size, date, "
              "MODSEQ, content id, save date; written last by check-and-put; b'X' marks an "
-             "abandoned UID, b'D' a message being expunged), "
+             "abandoned UID, b'D' a message being expunged; an M or D record is followed by the "
+             "16-byte id of the intent that claimed it), "
              "env (ENVELOPE), bs (BODYSTRUCTURE), hdr (raw header block), "
              "pv (RFC 8970 preview; added later to rows stored before it existed), "
              "sk (SORT/THREAD keys, mailstore/sortkeys.py; absent in rows older than it)",
@@ -150,7 +153,8 @@ CONTENT = TableDef(
     families={
         "c": "chunks, qualifiers 1, 2, 3, ... (decimal), each at most chunk_size bytes",
         "m": "meta: size, chunks, chunk_size (JSON in m:info), written with the last chunk",
-        "r": "r:refs, the number of message rows that point here (increments only)",
+        "r": "r:refs, the number of message rows that point here (increments only); "
+             "r:~<intent key hex>.<step>: marker of an intent's reference step (decision 0004)",
     },
     access="get of the few chunk columns a read needs; refs incremented on copy, decremented "
            "on expunge; when refs reaches 0 the row is released and deleted a grace period "
@@ -181,11 +185,15 @@ USERS = TableDef(
 
 INTENTS = TableDef(
     name="JAMES_INTENTS",
-    purpose="Intent records of multi-row operations (move, expunge), rolled forward on recovery; "
+    purpose="Intent records of multi-row operations (move, copy, expunge, flag changes that flip "
+            "\\Seen), rolled forward on recovery; "
             "release records of content whose last reference went, deleted after a grace period.",
-    row_key="16-byte source mailbox UUID + 16-byte intent id; release records: 15 NUL bytes "
-            "and 0x01 (no UUID4) + 8-byte big-endian release time (s) + 16-byte content id",
-    families={"i": "i:op (JSON: kind, target, uids and allocated target UIDs), i:at (time); "
+    row_key="16-byte mailbox UUID (the source; the target for a copy) + 16-byte intent id; "
+            "release records: 15 NUL bytes and 0x01 (no UUID4) + 8-byte big-endian release "
+            "time (s) + 16-byte content id; intents are only read by a mailbox prefix scan "
+            "with i:op, release records only in their key range",
+    families={"i": "i:op (JSON: kind, target, uids and allocated target UIDs), i:at (time; "
+                   "moved to now by check-and-put when a roll forward leases it); "
                    "i:released (the content id) in release records"},
     access="put before the operation, deleted after it; prefix scan by mailbox on open and fsck; "
            "release records: batched puts on expunge, a bounded scan of those past the grace "

@@ -204,6 +204,12 @@ class MailStore:
         if recover and self.transfers.pending(mailbox.id):
             if self.transfers.recover(mailbox.id):
                 mailbox = self.mailboxes.get(user, name)
+        if recover and mailbox.visible_uid < mailbox.last_uid:
+            # UIDs allocated and not (yet) written: a killed writer's are given up once they
+            # have stayed so for abandon_after (docs/decisions/0001), without waiting here.
+            if self.messages.settle(mailbox.id, mailbox.visible_uid, mailbox.last_uid) \
+                    != mailbox.visible_uid:
+                mailbox = self.mailboxes.get(user, name)
         return mailbox
 
     def list_mailboxes(self, user: str) -> list[Mailbox]:
@@ -239,6 +245,10 @@ class MailStore:
         self._delete_mailbox(mailbox)
 
     def _delete_mailbox(self, mailbox: Mailbox) -> None:
+        # Operations on it that died are finished first (a copy into it holds references
+        # its rows do not yet), while it is still live to them.
+        if self.transfers.pending(mailbox.id):
+            self.transfers.recover(mailbox.id)
         # Invisible first, then the messages, then the row: a crash leaves a 'deleting' row
         # that fsck finishes off, never messages without a mailbox.
         self.mailboxes.mark_deleting(mailbox)
@@ -526,7 +536,7 @@ class MailStore:
                 top = taken[MODSEQ]
                 done, missed = self.messages.store_flags(
                     mailbox, (), wanted, mode, unchanged_since, views=moving,
-                    modseqs=range(top - len(moving) + 1, top + 1))
+                    modseqs=range(top - len(moving) + 1, top + 1), journal=self.transfers)
             changed += done
             failed += missed
         return changed, sorted(failed)

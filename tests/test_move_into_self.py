@@ -12,9 +12,10 @@ exactly once and fsck finds nothing to repair.
 
 from __future__ import annotations
 
-import threading
-
 import pytest
+from crashing import Budget as _Budget
+from crashing import Clock, Crash
+from crashing import DyingBackend as _DyingBackend
 from differential import PASSWORD, Done, Idle, Script, WaitFor, append, command_text, servers
 
 from mailstore import keys
@@ -76,73 +77,6 @@ def test_move_into_the_selected_mailbox_transcript(differential):
                                           b"* 2 EXPUNGE", b"* 1 EXPUNGE", b"* 4 EXISTS",
                                           b"A7 OK MOVE completed"]
     assert raw["B", "NOOP"][:-1] == [b"* 2 EXPUNGE", b"* 1 EXPUNGE", b"* 4 EXISTS"]
-
-
-WRITES = ("put", "delete", "mutate_rows", "increment", "increment_many", "check_and_put",
-          "put_then_check_and_put")
-
-
-class Crash(BaseException):
-    """The process died: nothing catches it, and nothing is written after it."""
-
-
-class _Budget:
-    def __init__(self, writes: int):
-        self.left = writes
-        self.dead = False
-        self.lock = threading.Lock()
-
-    def spend(self, write: bool) -> None:
-        with self.lock:
-            if self.dead:
-                raise Crash
-            if write:
-                self.left -= 1
-                if self.left < 0:
-                    self.dead = True
-                    raise Crash
-
-
-class _DyingTable:
-    """A table that lets ``budget`` writes through, then fails every call as a dead process
-    would (reads too: a dead process reads nothing either)."""
-
-    def __init__(self, table, budget: _Budget):
-        self._table = table
-        self._budget = budget
-
-    def __getattr__(self, name):
-        attr = getattr(self._table, name)
-        if not callable(attr):
-            return attr
-
-        def call(*args, **kwargs):
-            self._budget.spend(name in WRITES)
-            return attr(*args, **kwargs)
-        return call
-
-
-class _DyingBackend:
-    def __init__(self, backend, budget: _Budget):
-        self._backend = backend
-        self._budget = budget
-
-    def table(self, name):
-        return _DyingTable(self._backend.table(name), self._budget)
-
-    def __getattr__(self, name):
-        return getattr(self._backend, name)
-
-
-class Clock:
-    def __init__(self):
-        self.now = 1_800_000_000.0
-
-    def time(self) -> float:
-        return self.now
-
-    def sleep(self, seconds: float) -> None:
-        self.now += seconds
 
 
 def _message_ids(store: MailStore, mailbox) -> list[str]:

@@ -1,0 +1,94 @@
+"""A store that dies after a given number of writes, as a killed process does, for crash tests.
+
+:class:`DyingBackend` wraps any backend; its tables let ``budget`` writes through and then fail
+every call, reads included, with :class:`Crash` (a ``BaseException``: no ``except Exception``
+in the store swallows it, as nothing runs in a killed process).  Counting writes rather than
+naming steps puts a crash at every step boundary of an operation without the test knowing
+the steps: a test raises the budget until the operation completes.
+"""
+
+from __future__ import annotations
+
+import threading
+
+WRITES = ("put", "delete", "mutate_rows", "increment", "increment_many", "check_and_put",
+          "put_then_check_and_put")
+
+
+class Crash(BaseException):
+    """The process died: nothing catches it, and nothing is written after it."""
+
+
+class Budget:
+    def __init__(self, writes: int):
+        self.left = writes
+        self.dead = False
+        self.lock = threading.Lock()
+
+    def spend(self, write: bool, table: str = "", method: str = "", args=()) -> None:
+        with self.lock:
+            if self.dead:
+                raise Crash
+            if write:
+                self.left -= 1
+                if self.left < 0:
+                    self.dead = True
+                    raise Crash
+
+
+class DieAt(Budget):
+    """Dies at the first call for which ``when(table, method, args)`` is true, before it runs:
+    a crash at a named step boundary (``table`` is the table's name without prefix)."""
+
+    def __init__(self, when):
+        super().__init__(0)
+        self.when = when
+
+    def spend(self, write: bool, table: str = "", method: str = "", args=()) -> None:
+        with self.lock:
+            if self.dead or self.when(table, method, args):
+                self.dead = True
+                raise Crash
+
+
+class DyingTable:
+    """A table that lets ``budget`` writes through, then fails every call as a dead process
+    would (reads too: a dead process reads nothing either)."""
+
+    def __init__(self, table, budget: Budget, name: str = ""):
+        self._table = table
+        self._budget = budget
+        self._name = name
+
+    def __getattr__(self, name):
+        attr = getattr(self._table, name)
+        if not callable(attr):
+            return attr
+
+        def call(*args, **kwargs):
+            self._budget.spend(name in WRITES, self._name, name, args)
+            return attr(*args, **kwargs)
+        return call
+
+
+class DyingBackend:
+    def __init__(self, backend, budget: Budget):
+        self._backend = backend
+        self._budget = budget
+
+    def table(self, name):
+        return DyingTable(self._backend.table(name), self._budget, name)
+
+    def __getattr__(self, name):
+        return getattr(self._backend, name)
+
+
+class Clock:
+    def __init__(self, now: float = 1_800_000_000.0):
+        self.now = now
+
+    def time(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds
