@@ -1,0 +1,231 @@
+"""Surviving an HBase outage: the Thrift gateway killed and restarted under a live imapserver.
+
+The gateway runs as its own process (``python -m mailstore.testing.thrift_gateway DATA_DIR
+PORT``) on a fixed port, so it can be SIGKILLed and started again on the same port and data, as
+a Thrift server or RegionServer outage looks to the frontends.  While it is down IMAP answers
+``NO [UNAVAILABLE]`` (RFC 5530 3) on the same connection, LMTP answers ``451 4.3.0`` (RFC 3463
+3.4: temporary, so the MTA keeps the message and retries; RFC 2033 4.2); nothing half-written
+shows; once it is back every connection works again without restarting anything, and
+``mailadmin fsck`` finds nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import selectors
+import shutil
+import signal
+import smtplib
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+from mailstore.backends.hbase import HBaseBackend
+from mailstore.schema import create_schema
+from mailstore.store import MailStore
+from tests.deliveryserver import lmtp_send
+from tests.imapproc import Client, ServerProcess
+
+MESSAGE = b"From: a@example.org\r\nSubject: %s\r\n\r\nbody %s\r\n"
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class GatewayProcess:
+    """The test gateway in a subprocess, restartable on the same port and data directory."""
+
+    def __init__(self, data_dir: str, port: int):
+        self.data_dir, self.port = data_dir, port
+        self.proc: subprocess.Popen | None = None
+
+    def start(self, timeout: float = 10.0) -> GatewayProcess:
+        deadline = time.monotonic() + timeout
+        while True:     # the port of a killed gateway can take a moment to be free again
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "mailstore.testing.thrift_gateway", self.data_dir,
+                 str(self.port)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                env=dict(os.environ, PYTHONUNBUFFERED="1"))
+            line = self._first_line(deadline)
+            if re.match(rb"thrift gateway listening on \S+:%d$" % self.port, line):
+                return self
+            self.proc.wait(timeout=5)
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the gateway did not start: {line!r}")
+            time.sleep(0.1)
+
+    def _first_line(self, deadline: float) -> bytes:
+        sel = selectors.DefaultSelector()
+        sel.register(self.proc.stdout, selectors.EVENT_READ)
+        try:
+            while time.monotonic() < deadline:
+                if sel.select(timeout=0.2):
+                    return self.proc.stdout.readline().strip()
+            return b""
+        finally:
+            sel.close()
+
+    def kill(self) -> None:
+        """SIGKILL: the gateway vanishes mid-whatever, as a crashed server does."""
+        self.proc.kill()
+        self.proc.wait(timeout=10)
+        self.proc.stdout.close()
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=10)
+            self.proc.stdout.close()
+
+
+@pytest.fixture
+def gateway(tmp_path):
+    """A gateway subprocess holding the schema and the user ``ann`` (password ``pw``)."""
+    gw = GatewayProcess(str(tmp_path / "hbase"), free_port()).start()
+    try:
+        backend = HBaseBackend(host="127.0.0.1", port=gw.port, pool_size=1)
+        try:
+            create_schema(backend)
+            MailStore(backend).create_user("ann", "pw")
+        finally:
+            backend.close()
+        yield gw
+    finally:
+        gw.stop()
+
+
+def hbase_args(gw: GatewayProcess) -> list[str]:
+    return ["--backend", "hbase", "--hbase-host", "127.0.0.1", "--hbase-port", str(gw.port)]
+
+
+def poll(attempt, timeout: float = 10.0, what: str = "recovery"):
+    """Call ``attempt`` until it returns something true; that value, or fail after timeout."""
+    deadline = time.monotonic() + timeout
+    while True:
+        found = attempt()
+        if found:
+            return found
+        if time.monotonic() > deadline:
+            raise AssertionError(f"no {what} within {timeout} s")
+        time.sleep(0.1)
+
+
+def append(client: Client, tag: str, subject: str) -> bytes:
+    data = MESSAGE % (subject.encode(), subject.encode())
+    client.send(f"{tag} APPEND INBOX {{{len(data)}+}}\r\n".encode() + data + b"\r\n")
+    return client.until_tagged(tag)[-1]
+
+
+def subjects(client: Client, tag: str) -> list[bytes]:
+    lines = client.cmd(tag, "UID FETCH 1:* (BODY.PEEK[HEADER.FIELDS (SUBJECT)])")
+    assert lines[-1].startswith(tag.encode() + b" OK"), lines
+    return sorted(re.findall(rb"Subject: (\S+)", b"\n".join(lines)))
+
+
+def fsck(gw: GatewayProcess) -> tuple[int, dict]:
+    script = shutil.which("mailadmin", path=os.path.dirname(sys.executable))
+    out = subprocess.run([script, "fsck", "--json", *hbase_args(gw)], capture_output=True,
+                         text=True, timeout=60)
+    return out.returncode, json.loads(out.stdout or "{}")
+
+
+def test_imap_append_and_fetch_answer_unavailable_then_recover(tmp_path, gateway):
+    """RFC 5530 3 (UNAVAILABLE): with the store down, APPEND and FETCH get a tagged
+    ``NO [UNAVAILABLE]`` on a connection that stays usable; the failed APPEND leaves nothing
+    (RFC 3501 6.3.11: an APPEND that fails adds no message); after the gateway is back the same
+    session works again and fsck finds nothing."""
+    with ServerProcess(str(tmp_path / "unused"), *hbase_args(gateway)) as server:
+        client = Client(server.port)
+        assert client.cmd("a", "LOGIN ann pw")[-1].startswith(b"a OK")
+        assert append(client, "b", "before").startswith(b"b OK")
+        assert client.cmd("c", "SELECT INBOX")[-1].startswith(b"c OK")
+
+        gateway.kill()
+        answer = append(client, "d", "during")
+        assert re.match(rb"d NO \[UNAVAILABLE\] ", answer), answer
+        lines = client.cmd("e", "FETCH 1 BODY[]")
+        assert re.match(rb"e NO \[UNAVAILABLE\] ", lines[-1]), lines
+        assert not any(b"Traceback" in line for line in lines)
+        assert client.cmd("f", "NOOP")[-1].startswith(b"f ")      # still connected
+
+        gateway.start()
+        poll(lambda: append(client, "g", "after").startswith(b"g OK"), what="APPEND")
+        assert subjects(client, "h") == [b"after", b"before"]
+        # The NO'd FETCH set no \Seen; the one now does, and is answered in full.
+        lines = client.cmd("i", "FETCH 1 (BODY[TEXT])")
+        assert lines[-1].startswith(b"i OK") and b"body before" in lines[0], lines
+        client.close()
+    status, report = fsck(gateway)
+    assert status == 0, report
+
+
+def test_lmtp_answers_451_while_down_and_delivers_after(tmp_path, gateway):
+    """RFC 2033 4.2 / RFC 3463 3.4 (X.3.0): a delivery the store cannot take is refused with a
+    temporary ``451 4.3.0``, so the MTA keeps the message and retries; the retry after the
+    gateway is back is delivered exactly once, by the same server process."""
+    with ServerProcess(str(tmp_path / "unused"), "--lmtp-port", "auto",
+                       *hbase_args(gateway)) as server:
+        data = MESSAGE % (b"lmtp", b"lmtp")
+        gateway.kill()
+        lmtp = smtplib.LMTP("127.0.0.1", server.ports["lmtp"], timeout=15)
+        try:
+            rcpt, answers = lmtp_send(lmtp, "a@example.org", ["ann@localhost"], data)
+            replies = rcpt + answers
+            assert any(code == 451 and text.startswith(b"4.3.0") for code, text in replies), \
+                replies
+            assert all(code in (250, 451) for code, _ in replies), replies
+            lmtp.rset()
+        finally:
+            lmtp.close()
+
+        gateway.start()
+
+        def deliver():
+            with smtplib.LMTP("127.0.0.1", server.ports["lmtp"], timeout=15) as again:
+                rcpt, answers = lmtp_send(again, "a@example.org", ["ann@localhost"], data)
+                return [c for c, _ in rcpt + answers] == [250, 250]
+        poll(deliver, what="delivery")
+        client = Client(server.port)
+        assert client.cmd("a", "LOGIN ann pw")[-1].startswith(b"a OK")
+        client.cmd("b", "SELECT INBOX")
+        assert subjects(client, "c") == [b"lmtp"]      # the refused attempt left nothing
+        client.close()
+    status, report = fsck(gateway)
+    assert status == 0, report
+
+
+def test_idle_survives_the_outage_and_reports_later_mail(tmp_path, gateway):
+    """RFC 2177 3: an IDLE session is not dropped when the store goes away; once it is back, a
+    message delivered by another connection is announced as EXISTS to the same IDLE."""
+    with ServerProcess(str(tmp_path / "unused"), *hbase_args(gateway)) as server:
+        idler = Client(server.port)
+        assert idler.cmd("a", "LOGIN ann pw")[-1].startswith(b"a OK")
+        assert idler.cmd("b", "SELECT INBOX")[-1].startswith(b"b OK")
+        idler.send(b"c IDLE\r\n")
+        assert idler.read_line().startswith(b"+ ")
+
+        gateway.kill()
+        time.sleep(1.0)     # let the change watchers meet the outage at least once
+        gateway.start()
+
+        writer = Client(server.port)
+        assert writer.cmd("a", "LOGIN ann pw")[-1].startswith(b"a OK")
+        poll(lambda: append(writer, "b", "late").startswith(b"b OK"), what="APPEND")
+        writer.close()
+        idler.sock.settimeout(10)
+        assert idler.read_line() == b"* 1 EXISTS"
+        idler.send(b"DONE\r\n")
+        assert idler.until_tagged("c")[-1].startswith(b"c OK")
+        idler.close()
