@@ -229,3 +229,75 @@ def test_idle_survives_the_outage_and_reports_later_mail(tmp_path, gateway):
         idler.send(b"DONE\r\n")
         assert idler.until_tagged("c")[-1].startswith(b"c OK")
         idler.close()
+
+
+def test_hung_gateway_answers_unavailable_within_timeout(tmp_path, gateway):
+    """RFC 5530 3 (UNAVAILABLE): a Thrift server that stops answering (SIGSTOP: the socket stays
+    open, nothing comes back) must not hold the command forever: after ``[hbase] timeout_ms``
+    the client gets ``NO [UNAVAILABLE]``, and once the server answers again the same session
+    recovers (the timed-out connection was replaced, not reused half-read)."""
+    config = tmp_path / "imapserver.conf"
+    config.write_text("[hbase]\ntimeout_ms = 1000\npool_size = 1\n")
+    with ServerProcess(str(tmp_path / "unused"), *hbase_args(gateway),
+                       config=str(config)) as server:
+        client = Client(server.port, timeout=15)
+        assert client.cmd("a", "LOGIN ann pw")[-1].startswith(b"a OK")
+        assert client.cmd("b", "SELECT INBOX")[-1].startswith(b"b OK")
+        other = Client(server.port, timeout=15)
+        assert other.cmd("a", "LOGIN ann pw")[-1].startswith(b"a OK")
+        gateway.proc.send_signal(signal.SIGSTOP)
+        try:
+            started = time.monotonic()
+            answer = append(client, "c", "hung")
+            # The second session waits for the only pooled connection, then for the server.
+            lines = other.cmd("b", "STATUS INBOX (MESSAGES)")
+            assert re.match(rb"c NO \[UNAVAILABLE\] ", answer), answer
+            assert re.match(rb"b NO \[UNAVAILABLE\] ", lines[-1]), lines
+            assert time.monotonic() - started < 8
+        finally:
+            gateway.proc.send_signal(signal.SIGCONT)
+        poll(lambda: append(client, "d", "after").startswith(b"d OK"), what="APPEND")
+        # The hung APPEND may or may not have reached the store before the timeout: either way
+        # it is whole or absent, and the session's view agrees with the store's.
+        found = subjects(client, "e")
+        assert found in ([b"after"], [b"after", b"hung"]), found
+        client.close()
+        other.close()
+    status, report = fsck(gateway)
+    assert status == 0, report
+
+
+def test_pool_wait_is_bounded(gateway):
+    """A call that finds every pooled connection busy fails as BackendUnavailable after
+    ``timeout_ms`` instead of waiting without end (the IMAP edge answers it as RFC 5530
+    UNAVAILABLE); the default ``timeout_ms`` is finite."""
+    import threading
+
+    from mailstore.errors import BackendUnavailable
+
+    backend = HBaseBackend(host="127.0.0.1", port=gateway.port, pool_size=1, timeout_ms=300)
+    held, release = threading.Event(), threading.Event()
+
+    def hold():
+        with backend._pool.connection():
+            held.set()
+            release.wait(10)
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    try:
+        assert held.wait(5)
+        started = time.monotonic()
+        with pytest.raises(BackendUnavailable, match="no HBase connection"):
+            backend.tables()
+        assert time.monotonic() - started < 3
+    finally:
+        release.set()
+        holder.join(10)
+    assert "JAMES_USERS" in backend.tables()     # the pool works again once freed
+    backend.close()
+    default = HBaseBackend(host="127.0.0.1", port=gateway.port, pool_size=1)
+    try:
+        assert default._wait == 10.0
+    finally:
+        default.close()
