@@ -155,6 +155,9 @@ def test_imap_append_and_fetch_answer_unavailable_then_recover(tmp_path, gateway
         gateway.kill()
         answer = append(client, "d", "during")
         assert re.match(rb"d NO \[UNAVAILABLE\] ", answer), answer
+        # The client is told to come back later; where HBase lives is for the operator's log.
+        assert str(gateway.port).encode() not in answer
+        server.wait_output(b"store_unavailable command=APPEND user=ann")
         lines = client.cmd("e", "FETCH 1 BODY[]")
         assert re.match(rb"e NO \[UNAVAILABLE\] ", lines[-1]), lines
         assert not any(b"Traceback" in line for line in lines)
