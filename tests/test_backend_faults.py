@@ -304,3 +304,114 @@ def test_pool_wait_is_bounded(gateway):
         assert default._wait == 10.0
     finally:
         default.close()
+
+
+def test_move_refused_while_down_then_whole_after(tmp_path, gateway):
+    """RFC 6851 3.1 / RFC 5530 3: a MOVE the store cannot carry out is answered
+    ``NO [UNAVAILABLE]`` and leaves both mailboxes as they were; after recovery the same MOVE
+    moves every message once, and fsck finds nothing."""
+    with ServerProcess(str(tmp_path / "unused"), *hbase_args(gateway)) as server:
+        client = Client(server.port)
+        assert client.cmd("a", "LOGIN ann pw")[-1].startswith(b"a OK")
+        assert client.cmd("b", "CREATE Dest")[-1].startswith(b"b OK")
+        for n in range(3):
+            assert append(client, f"c{n}", f"m{n}").startswith(f"c{n} OK".encode())
+        assert client.cmd("d", "SELECT INBOX")[-1].startswith(b"d OK")
+        gateway.kill()
+        lines = client.cmd("e", "UID MOVE 1:* Dest")
+        assert re.match(rb"e NO \[UNAVAILABLE\] ", lines[-1]), lines
+        assert not any(b"EXPUNGE" in line for line in lines)
+        gateway.start()
+        poll(lambda: client.cmd("f", "NOOP")[-1].startswith(b"f OK"), what="NOOP")
+        assert subjects(client, "g") == [b"m0", b"m1", b"m2"]
+        lines = client.cmd("h", "UID MOVE 1:* Dest")
+        assert lines[-1].startswith(b"h OK"), lines
+        assert client.cmd("i", "SELECT Dest")[-1].startswith(b"i OK")
+        assert subjects(client, "j") == [b"m0", b"m1", b"m2"]
+        lines = client.cmd("k", "STATUS INBOX (MESSAGES)")
+        assert b"(MESSAGES 0)" in lines[0], lines
+        client.close()
+    status, report = fsck(gateway)
+    assert status == 0, report
+
+
+def test_smtp_answers_451_while_down(tmp_path, gateway):
+    """RFC 5321 4.2.5 / RFC 3463 3.4: SMTP refuses with a transient ``451 4.3.0`` while the
+    store is down (the client keeps the message), and accepts the retry once it is back."""
+    with ServerProcess(str(tmp_path / "unused"), "--smtp-port", "auto",
+                       *hbase_args(gateway)) as server:
+        data = MESSAGE % (b"smtp", b"smtp")
+        gateway.kill()
+        with smtplib.SMTP("127.0.0.1", server.ports["smtp"], timeout=15) as smtp:
+            with pytest.raises(smtplib.SMTPException) as refused:
+                smtp.sendmail("a@example.org", ["ann@localhost"], data)
+        text = repr(refused.value)
+        assert "451" in text and "4.3.0" in text, text
+        gateway.start()
+
+        def deliver():
+            with smtplib.SMTP("127.0.0.1", server.ports["smtp"], timeout=15) as again:
+                try:
+                    return again.sendmail("a@example.org", ["ann@localhost"], data) == {}
+                except smtplib.SMTPException:
+                    return False
+        poll(deliver, what="delivery")
+        client = Client(server.port)
+        assert client.cmd("a", "LOGIN ann pw")[-1].startswith(b"a OK")
+        client.cmd("b", "SELECT INBOX")
+        assert subjects(client, "c") == [b"smtp"]
+        client.close()
+
+
+def test_gateway_killed_during_large_append(tmp_path, gateway):
+    """RFC 3501 6.3.11: an APPEND cut off by the store's death is either complete or absent.
+    The gateway is killed at several moments of a ~2 MB APPEND (before the server reads the
+    literal, while it writes chunks, after); whatever each answer, after recovery STATUS counts
+    exactly the messages FETCH serves, each whole, every OK'd one among them, and fsck finds
+    nothing."""
+    body = b"".join(b"line %06d of a large message\r\n" % n for n in range(60000))   # ~2 MB
+    with ServerProcess(str(tmp_path / "unused"), *hbase_args(gateway)) as server:
+        client = Client(server.port, timeout=30)
+        assert client.cmd("a", "LOGIN ann pw")[-1].startswith(b"a OK")
+        acknowledged = set()
+        for n, delay in enumerate((0.0, 0.02, 0.04, 0.08, 0.15)):
+            data = b"Subject: big%d\r\n\r\n" % n + body
+            client.send(f"b{n} APPEND INBOX {{{len(data)}+}}\r\n".encode() + data + b"\r\n")
+            time.sleep(delay)
+            gateway.kill()
+            answer = client.until_tagged(f"b{n}")[-1]
+            assert re.match(rb"b%d (OK|NO \[UNAVAILABLE\]) " % n, answer), answer
+            if answer.startswith(b"b%d OK" % n):
+                acknowledged.add(b"big%d" % n)
+            gateway.start()
+            poll(lambda: client.cmd("c", "NOOP")[-1].startswith(b"c OK"), what="NOOP")
+        # Work goes on: the next APPEND also replays any reference drop the outage refused.
+        assert append(client, "h", "small").startswith(b"h OK")
+        acknowledged.add(b"small")
+        lines = client.cmd("d", "STATUS INBOX (MESSAGES)")
+        count = int(re.search(rb"MESSAGES (\d+)", lines[0]).group(1))
+        assert client.cmd("e", "SELECT INBOX")[-1].startswith(b"e OK")
+        found = subjects(client, "f")
+        assert len(found) == count and acknowledged <= set(found), (found, acknowledged)
+        for seq in range(1, count):     # the big ones, in UID order, then "small"
+            lines = client.cmd("g", f"FETCH {seq} BODY.PEEK[TEXT]")
+            assert lines[-1].startswith(b"g OK") and lines[0].endswith(body + b")"), lines[-1]
+        client.close()
+    status, report = fsck(gateway)
+    assert status == 0, report
+
+
+def test_refused_connection_is_reported_unsent(gateway):
+    """A call that could not even connect is flagged ``unsent``: the only failures after which
+    a counter increment may be replayed without risking a double count."""
+    from mailstore.errors import BackendUnavailable
+
+    backend = HBaseBackend(host="127.0.0.1", port=gateway.port, pool_size=1, timeout_ms=2000)
+    try:
+        gateway.kill()
+        with pytest.raises(BackendUnavailable) as refused:
+            backend.tables()
+        assert refused.value.unsent
+    finally:
+        backend.close()
+        gateway.start()

@@ -382,10 +382,12 @@ class HBaseBackend(Backend):
         """Run ``call`` on a pooled connection, translating every failure."""
         if self._closed:
             raise BackendUnavailable("the HBase backend has been closed")
+        sent = False    # whether the request may have reached the server
         try:
             with self._pool.connection(timeout=self._wait) as conn:
                 _reopen_if_dropped(conn)
                 try:
+                    sent = True
                     return call(conn)
                 except _SERVER_ERRORS as exc:
                     # Raised as a non-Thrift exception so that the pool keeps the connection.
@@ -405,15 +407,15 @@ class HBaseBackend(Backend):
             # that stopped answering: report the outage rather than queue without end.
             raise BackendUnavailable(
                 f"no HBase connection to {self.address} free within {self._wait} s for the "
-                f"{what} (pool_size connections all busy)") from exc
+                f"{what} (pool_size connections all busy)", unsent=True) from exc
         except (TException, OSError) as exc:
             reason = _message(exc)
             if getattr(exc, "type", None) == TTransportException.END_OF_FILE:
                 reason = ("the server closed the connection (stopped, or speaking another "
                           "transport or protocol)")
             raise BackendUnavailable(
-                f"HBase Thrift server at {self.address} unreachable during {what}: {reason}"
-            ) from exc
+                f"HBase Thrift server at {self.address} unreachable during {what}: {reason}",
+                unsent=not sent) from exc
 
     def _settle(self) -> None:
         time.sleep(self.delete_settle)
