@@ -415,3 +415,60 @@ def test_refused_connection_is_reported_unsent(gateway):
     finally:
         backend.close()
         gateway.start()
+
+
+def test_gateway_killed_during_lmtp_data(tmp_path, gateway):
+    """RFC 2033 4.2 / RFC 3463 3.4: the gateway killed at several moments of a ~2 MB LMTP
+    delivery to two recipients.  Each recipient's reply is 250 or a transient ``451 4.3.0``;
+    every 250 is a whole message in that recipient's INBOX, nothing else appears beyond a
+    message whose failure came after its commit (at most one per attempt), and fsck finds
+    nothing once work goes on."""
+    backend = HBaseBackend(host="127.0.0.1", port=gateway.port, pool_size=1)
+    try:
+        MailStore(backend).create_user("bob", "pw")
+    finally:
+        backend.close()
+    body = b"".join(b"line %06d of a large delivery\r\n" % n for n in range(60000))
+    delivered = {"ann": set(), "bob": set()}
+    with ServerProcess(str(tmp_path / "unused"), "--lmtp-port", "auto",
+                       *hbase_args(gateway)) as server:
+        for n, delay in enumerate((0.0, 0.07, 0.085, 0.095, 0.105, 0.115, 0.2)):
+            with socket.create_connection(("127.0.0.1", server.ports["lmtp"]), timeout=20) as s, \
+                    s.makefile("rb") as reader:
+                def reply() -> bytes:
+                    line = reader.readline()
+                    while line[3:4] == b"-":
+                        line = reader.readline()
+                    return line
+                reply()
+                for command in (b"LHLO t\r\n", b"MAIL FROM:<a@example.org>\r\n",
+                                b"RCPT TO:<ann@localhost>\r\n", b"RCPT TO:<bob@localhost>\r\n",
+                                b"DATA\r\n"):
+                    s.sendall(command)
+                    assert reply()[:1] in (b"2", b"3"), command
+                s.sendall(b"Subject: lmtp%d\r\n\r\n" % n + body + b".\r\n")
+                time.sleep(delay)
+                gateway.kill()
+                for user in ("ann", "bob"):
+                    answer = reply()
+                    assert answer.startswith((b"250 ", b"451 4.3.0 ")), answer
+                    if answer.startswith(b"250"):
+                        delivered[user].add(b"lmtp%d" % n)
+            gateway.start()
+        for user in ("ann", "bob"):
+            client = Client(server.port, timeout=20)
+            assert client.cmd("a", f"LOGIN {user} pw")[-1].startswith(b"a OK")
+            # Work goes on: the APPEND also replays any reference drop the outage refused.
+            assert append(client, "b", "later").startswith(b"b OK")
+            assert client.cmd("c", "SELECT INBOX")[-1].startswith(b"c OK")
+            found = subjects(client, "d")
+            client.close()
+            assert delivered[user] | {b"later"} <= set(found), (user, found, delivered)
+            assert len(found) == len(set(found)), found     # no attempt stored twice
+    status, report = fsck(gateway)
+    # Mailbox counters can drift here: a counter increment cut off by the kill may have been
+    # applied with its answer lost, and the delivery's undo cannot tell (issue 16, "Exact
+    # counters and references after recovery", not fixed on this branch).  Everything else
+    # -- content references included -- must be clean.
+    problems = [p for p in report["problems"] if p["kind"] != "counter"]
+    assert not problems, report
