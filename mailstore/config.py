@@ -125,7 +125,7 @@ SCHEMA: dict[str, dict[str, Key]] = {
         "protocol": Key(_choice("binary", "compact"), "binary"),
         "table_prefix": Key(str, ""),
         "pool_size": Key(int, 10),
-        "timeout_ms": Key(int, 30000),
+        "timeout_ms": Key(int, 10000),
         # The region layout (mailstore/schema.py Layout; docs/decisions/0015).
         "regions_per_table": Key(_int_range(1, 4096), 16),
         "compression": Key(_choice("snappy", "zstd", "gz", "none"), "snappy"),

@@ -22,6 +22,7 @@ that still finds a chunk gone (past the grace period) raises :class:`~.errors.Ex
 from __future__ import annotations
 
 import io
+import threading
 import time
 from collections.abc import Callable
 
@@ -29,7 +30,7 @@ import orjson
 
 from . import keys
 from .backends.base import Mutation, Table, decode_counter, encode_counter
-from .errors import Expunged
+from .errors import BackendUnavailable, Expunged
 from .keys import new_id, new_ordered_id
 
 MIN_CHUNK = 64 * 1024
@@ -290,10 +291,31 @@ class ContentStore:
         self.releases = releases
         self.grace = grace
         self._next_sweep = 0.0
+        # Reference drops the backend refused before they reached it (HBase down while a
+        # failed APPEND or delivery gave its reference back): replayed by this process when
+        # the backend answers again, so the content does not outlive its last message.  Only
+        # drops known unsent are kept: replaying one that may have been applied could free
+        # content still referenced.  Lost if the process dies first: fsck then reports it.
+        self._undone: dict[bytes, int] = {}
+        self._undone_lock = threading.Lock()
 
     def writer(self, refs: int = 1) -> ChunkWriter:
         """A writer for new content that ``refs`` message rows will point to."""
+        self.retry_undone()
         return ChunkWriter(self.table, self.chunk_size, refs, self.clock)
+
+    def retry_undone(self) -> None:
+        """Replay reference drops that failed unsent (see __init__); keep those that fail
+        unsent again.  Never raises: the caller's own work decides its outcome."""
+        with self._undone_lock:
+            if not self._undone:
+                return
+            undone, self._undone = self._undone, {}
+        for content_id, count in undone.items():
+            try:
+                self._drop(content_id, count)
+            except Exception:   # still down (kept again if unsent), or a bug: not the caller's
+                pass
 
     def store(self, data: bytes, refs: int = 1) -> bytes:
         """Store content of at most one chunk in one put; return its id.
@@ -301,6 +323,7 @@ class ContentStore:
         The same row a :class:`ChunkWriter` leaves (``c:1`` unless empty, ``m:t``,
         ``m:info``, ``r:refs``), without its buffering: most messages are this small.
         """
+        self.retry_undone()
         if len(data) > self.chunk_size:
             raise ValueError("content larger than a chunk: use a writer")
         content_id = _new_content_id(self.table)
@@ -349,8 +372,18 @@ class ContentStore:
 
     def decref(self, content_id: bytes, count: int = 1) -> int:
         """Drop references; release the content when none is left.  Returns the remaining
-        count."""
-        left = self.table.increment(content_id, REFS, -count)
+        count.  A drop the backend refused unsent is also kept and replayed later."""
+        self.retry_undone()
+        return self._drop(content_id, count)
+
+    def _drop(self, content_id: bytes, count: int) -> int:
+        try:
+            left = self.table.increment(content_id, REFS, -count)
+        except BackendUnavailable as exc:
+            if exc.unsent:
+                with self._undone_lock:
+                    self._undone[content_id] = self._undone.get(content_id, 0) + count
+            raise
         if left <= 0:
             self.release([content_id])
         return left
@@ -425,6 +458,7 @@ class ContentStore:
         still point to it) is kept; its release record goes either way.  Deleting twice (two
         sweepers at once) is harmless.
         """
+        self.retry_undone()
         if self.releases is None:
             return 0
         start, stop = keys.release_range(int(self.clock() - self.grace))

@@ -47,7 +47,16 @@ class Conflict(MailStoreError):
 
 class BackendUnavailable(MailStoreError):
     """The storage backend cannot be reached or failed; nothing was committed by this call
-    (except as :class:`Unpublished` says)."""
+    (except as :class:`Unpublished` says).
+
+    ``unsent`` is true when the request is known never to have reached the backend (no
+    connection could be made): only then is it safe to replay a non-idempotent write such as
+    a counter increment.  False means "unknown" -- a call cut off mid-way may have been applied.
+    """
+
+    def __init__(self, *args: object, unsent: bool = False):
+        super().__init__(*args)
+        self.unsent = unsent
 
 
 class Unpublished(BackendUnavailable):

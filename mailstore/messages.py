@@ -23,6 +23,7 @@ on the same cell the writer would commit: exactly one of the two wins.
 from __future__ import annotations
 
 import io
+import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
@@ -32,7 +33,7 @@ import orjson
 from . import keys, sortkeys
 from .backends.base import Backend, Mutation, decode_counter, encode_counter
 from .content import ContentStore
-from .errors import Conflict, TooLarge, Unpublished
+from .errors import BackendUnavailable, Conflict, TooLarge, Unpublished
 from .mailboxes import MODSEQ, VISIBLE, Mailbox, Mailboxes
 from .mime import StructureParser, parse_bytes
 from .preview import READ_LIMIT as PREVIEW_READ
@@ -212,6 +213,10 @@ class Messages:
         self.abandon_after = abandon_after
         # UIDs a reader found allocated but unwritten: (mailbox, uid) -> first seen (settle).
         self._stalled: dict[tuple[bytes, int], float] = {}
+        # Count take-backs (see _uncount) the backend refused before they reached it, replayed
+        # by the next add: like ContentStore's reference drops, only those known unsent.
+        self._uncounted: list[tuple[bytes, int, int, int]] = []
+        self._uncounted_lock = threading.Lock()
 
     # -- content --------------------------------------------------------------------------------
 
@@ -331,6 +336,7 @@ class Messages:
 
         Returns only once the message is visible to every reader of the mailbox.
         """
+        self._replay_uncounted()
         flag_set = canonical_flags(flags)
         date = self.clock() if internal_date is None else internal_date
         seen = "\\Seen" in flag_set
@@ -384,10 +390,26 @@ class Messages:
 
     def _uncount(self, mailbox_id: bytes, size: int, seen: bool) -> None:
         """Take back the counts of a message that will not be committed after all."""
+        self._take_back(mailbox_id, -1, -size, 0 if seen else -1)
+
+    def _take_back(self, mailbox_id: bytes, messages: int, size: int, unseen: int) -> None:
         try:
-            self.boxes.add_counts(mailbox_id, messages=-1, size=-size, unseen=0 if seen else -1)
+            self.boxes.add_counts(mailbox_id, messages=messages, size=size, unseen=unseen)
+        except BackendUnavailable as exc:
+            if exc.unsent:      # never applied: safe to replay once the store answers
+                with self._uncounted_lock:
+                    self._uncounted.append((mailbox_id, messages, size, unseen))
+            # otherwise it may have been applied: the counters may stay too high until fsck
         except Exception:  # the store is failing; the counters stay too high until fsck
             pass
+
+    def _replay_uncounted(self) -> None:
+        with self._uncounted_lock:
+            if not self._uncounted:
+                return
+            pending, self._uncounted = self._uncounted, []
+        for entry in pending:
+            self._take_back(*entry)     # kept again if still refused unsent
 
     def _abandon(self, key: bytes) -> None:
         """Give up a UID we allocated but could not commit, so the watermark need not wait."""

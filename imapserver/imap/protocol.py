@@ -529,6 +529,9 @@ class IMAPServerProtocol(protocol.Protocol):
             code, text = self.server.describe_error(exc)
             if code is None:
                 log.failure("command_failed", command=ctx.name)
+            elif code == "UNAVAILABLE":     # an outage: say where, once per failed command
+                log.warn("store_unavailable", command=ctx.name, user=self.session.user,
+                         error=str(exc))
             ctx.finish(b"NO", text, code)
         else:
             if not ctx.finished:

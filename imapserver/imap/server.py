@@ -91,6 +91,13 @@ class IMAPServer(protocol.ServerFactory):
             self.per_user.pop(user, None)
 
     def describe_error(self, exc: Exception) -> tuple[str | None, str]:
+        """The response code and text for a command that failed with ``exc``.
+
+        A backend failure is RFC 5530 3's UNAVAILABLE with a fixed text: the detail (the
+        Thrift server's address, HBase's exception) is for the operator's log, not the client.
+        """
+        if isinstance(exc, errors.BackendUnavailable):
+            return "UNAVAILABLE", "Mail store temporarily unavailable, try again later"
         for cls, code in _ERROR_CODES.items():
             if isinstance(exc, cls):
                 return code, str(exc) or cls.__name__

@@ -336,8 +336,11 @@ class HBaseBackend(Backend):
     ``host``/``port`` name the Thrift server; ``transport`` (``buffered`` or ``framed``) and
     ``protocol`` (``binary`` or ``compact``) must match how it was started (``-f``, ``-c``).
     ``table_prefix`` namespaces the tables (``<prefix>_JAMES_MESSAGES``) so that several stores
-    can share one cluster.  ``pool_size`` bounds the open connections; ``timeout_ms`` is the
-    socket timeout (``None`` waits forever).
+    can share one cluster.  ``pool_size`` bounds the open connections.  ``timeout_ms`` bounds
+    both the socket wait of one call and the wait for a free pooled connection (10 s by default;
+    ``None`` or 0 waits forever): a Thrift server that hangs instead of refusing connections
+    (a stopped process, a network partition) must give the caller
+    :class:`~mailstore.errors.BackendUnavailable` in bounded time, not hold a server thread.
     """
 
     name = "hbase"
@@ -347,7 +350,7 @@ class HBaseBackend(Backend):
 
     def __init__(self, host: str = "localhost", port: int = 9090, transport: str = "buffered",
                  protocol: str = "binary", table_prefix: str | None = "", pool_size: int = 10,
-                 timeout_ms: int | None = None, **_ignored: object):
+                 timeout_ms: int | None = 10000, **_ignored: object):
         if transport not in _TRANSPORTS:
             raise ValueError(f"transport must be one of {', '.join(_TRANSPORTS)}")
         if protocol not in _PROTOCOLS:
@@ -356,6 +359,7 @@ class HBaseBackend(Backend):
         self._prefix = table_prefix or None
         self._family_cache: dict[str, list[bytes]] = {}
         self._closed = False
+        self._wait = int(timeout_ms) / 1000 if timeout_ms else None
         try:
             # The pool connects its first connection now, so that a wrong address is reported
             # at start-up rather than at the first mail.
@@ -378,10 +382,12 @@ class HBaseBackend(Backend):
         """Run ``call`` on a pooled connection, translating every failure."""
         if self._closed:
             raise BackendUnavailable("the HBase backend has been closed")
+        sent = False    # whether the request may have reached the server
         try:
-            with self._pool.connection() as conn:
+            with self._pool.connection(timeout=self._wait) as conn:
                 _reopen_if_dropped(conn)
                 try:
+                    sent = True
                     return call(conn)
                 except _SERVER_ERRORS as exc:
                     # Raised as a non-Thrift exception so that the pool keeps the connection.
@@ -396,14 +402,20 @@ class HBaseBackend(Backend):
         except _ServerError as exc:
             raise BackendUnavailable(
                 f"HBase at {self.address} failed the {what}: {exc}") from exc.__cause__
+        except happybase.NoConnectionsAvailable as exc:
+            # Every pooled connection is busy, most likely each stuck in a call to a server
+            # that stopped answering: report the outage rather than queue without end.
+            raise BackendUnavailable(
+                f"no HBase connection to {self.address} free within {self._wait} s for the "
+                f"{what} (pool_size connections all busy)", unsent=True) from exc
         except (TException, OSError) as exc:
             reason = _message(exc)
             if getattr(exc, "type", None) == TTransportException.END_OF_FILE:
                 reason = ("the server closed the connection (stopped, or speaking another "
                           "transport or protocol)")
             raise BackendUnavailable(
-                f"HBase Thrift server at {self.address} unreachable during {what}: {reason}"
-            ) from exc
+                f"HBase Thrift server at {self.address} unreachable during {what}: {reason}",
+                unsent=not sent) from exc
 
     def _settle(self) -> None:
         time.sleep(self.delete_settle)

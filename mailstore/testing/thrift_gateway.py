@@ -694,3 +694,37 @@ class ThriftGateway:
             trans.close()       # closes the socket; TSocket.close swallows its own errors
             with self._lock:
                 self._clients.pop(threading.current_thread(), None)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m mailstore.testing.thrift_gateway DATA_DIR PORT``: serve until SIGTERM/SIGINT.
+
+    A gateway in its own process, so that tests can kill it (even with SIGKILL) and start it
+    again on the same port and data directory, as an HBase outage looks to the servers.  Prints
+    ``thrift gateway listening on HOST:PORT`` once the port accepts connections (PORT 0: any).
+    """
+    import argparse
+    import signal
+    import sys
+
+    parser = argparse.ArgumentParser(prog="python -m mailstore.testing.thrift_gateway")
+    parser.add_argument("data_dir")
+    parser.add_argument("port", type=int)
+    parser.add_argument("--host", default="127.0.0.1")
+    args = parser.parse_args(argv)
+    done = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: done.set())
+    gateway = ThriftGateway(args.data_dir, host=args.host, port=args.port).start()
+    print(f"thrift gateway listening on {gateway.host}:{gateway.port}", flush=True)
+    try:
+        while not done.wait(0.5):   # a timed wait, so that the signal handler gets to run
+            pass
+    finally:
+        gateway.stop()
+    sys.stdout.flush()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
