@@ -12,9 +12,11 @@ SUDO    := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 # (isync's mbsync, fetchmail, offlineimap3: tests/test_imap_clients.py,
 # tests/test_real_clients_tls.py), and systemd for `systemd-analyze security/verify` of
 # conf/imapserver.service (with libseccomp2, which tests/sandbox.py runs the server under:
-# tests/test_deploy_unit.py).  Installed by the venv step, only those missing.
+# tests/test_deploy_unit.py), and Pigeonhole (dovecot-sieve's sieve-test, dovecot-managesieved)
+# and sieve-connect, the outside judges of Sieve and ManageSieve.  Installed by the venv step,
+# only those missing.
 DEBIAN_TEST_PKGS := swaks dovecot-core dovecot-lmtpd dovecot-imapd isync fetchmail offlineimap3 \
-                    systemd libseccomp2
+                    systemd libseccomp2 dovecot-sieve dovecot-managesieved sieve-connect
 
 .PHONY: run test lint bench schema clean venv debian-test-pkgs
 
