@@ -53,17 +53,22 @@ def store(tmp_path):
 
 
 def test_queued_message_arrives_byte_for_byte(backend):
-    """The relay receives the queued bytes exactly, with the queued envelope; the entry is
-    gone once the relay said 250 (RFC 5321 6.1)."""
+    """The relay receives the queued bytes exactly, with the queued envelope, sent at once
+    on the enqueue (not at a later scan); the entry is gone once the relay said 250 (RFC 5321
+    6.1)."""
     store = MailStore(backend)
-    with Sink() as sink, InProcess(store, relay_config(sink.port)):
-        qid = store.outbox.enqueue("alice@example.com", ["bob@example.net", "carol@example.net"],
-                                   MESSAGE, "redirect")
-        [got] = wait_for(sink.messages, what="the message at the sink")
-        wait_for(lambda: store.outbox.get(qid) is None, what="the entry removed")
-    assert got.data == MESSAGE
-    assert got.mail_from == "alice@example.com"
-    assert got.rcpt_tos == ["bob@example.net", "carol@example.net"]
+    # No periodic scan after the first one: what arrives was sent on the enqueue's wake-up.
+    with Sink() as sink, InProcess(store, relay_config(sink.port, relay_poll_interval=3600)):
+        for n in (1, 2):
+            qid = store.outbox.enqueue("alice@example.com",
+                                       ["bob@example.net", "carol@example.net"], MESSAGE,
+                                       "redirect")
+            wait_for(lambda n=n: len(sink.messages()) == n, what="the message at the sink")
+            wait_for(lambda q=qid: store.outbox.get(q) is None, what="the entry removed")
+    for got in sink.messages():
+        assert got.data == MESSAGE
+        assert got.mail_from == "alice@example.com"
+        assert got.rcpt_tos == ["bob@example.net", "carol@example.net"]
 
 
 def test_relay_down_at_first_then_up_delivers_once(store):

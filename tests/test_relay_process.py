@@ -145,3 +145,17 @@ def test_mailadmin_queue_list_retry_delete_and_metrics(tmp_path):
     assert run("queue", "list", data_dir=data).stdout.strip() == "the queue is empty"
     assert "hbaseimap_relay_sent_total 1.0" in scrape
     assert "hbaseimap_relay_deferred_total 2.0" in scrape
+
+
+def test_workers_send_each_entry_once(tmp_path):
+    """With --workers 2 one worker scans the queue (the other only sends what it queued
+    itself): entries queued from outside all arrive, each once."""
+    data = str(tmp_path / "store")
+    with Sink() as sink:
+        conf = write_config(tmp_path, sink.port)
+        enqueue(data, 0)
+        with ServerProcess(data, "--workers", "2", config_file=conf):
+            enqueue(data, 5)
+            wait_for(lambda: len(sink.messages()) >= 5 and queued(data) == [], timeout=60,
+                     what="five messages")
+        assert sorted(m.data for m in sink.messages()) == sorted(numbered(i) for i in range(5))
