@@ -178,10 +178,12 @@ def test_starttls_required_refuses_a_relay_without_it_or_unverified(store, certs
 
 
 def test_auth_is_never_sent_in_clear(store):
-    """relay_username without TLS: the attempt stops before AUTH (RFC 4954 4: no plain
-    password over an unprotected link); the entry waits."""
+    """relay_username with opportunistic TLS and a relay that offers no STARTTLS: the attempt
+    stops before AUTH (RFC 4954 4: no plain password over an unprotected link); the entry
+    waits."""
     with Sink(users={"u": "p"}) as sink, \
-            InProcess(store, relay_config(sink.port, relay_username="u", relay_password="p")):
+            InProcess(store, relay_config(sink.port, relay_username="u", relay_password="p",
+                                          relay_starttls="opportunistic")):
         qid = store.outbox.enqueue("alice@example.com", ["bob@example.net"], MESSAGE, "redirect")
         entry = wait_for(lambda: (e := store.outbox.get(qid)) and e.attempts and e,
                          what="a failed attempt")

@@ -159,3 +159,20 @@ def test_workers_send_each_entry_once(tmp_path):
             wait_for(lambda: len(sink.messages()) >= 5 and queued(data) == [], timeout=60,
                      what="five messages")
         assert sorted(m.data for m in sink.messages()) == sorted(numbered(i) for i in range(5))
+
+
+def test_settings_that_cannot_work_stop_start_up(tmp_path):
+    """AUTH configured with TLS off (RFC 4954 4: no password in clear) or a CA file that
+    cannot be read: the server refuses to start and says which setting, instead of queuing
+    mail it can never send."""
+    import pytest
+    data = str(tmp_path / "store")
+    for more, named in (({"relay_username": "u", "relay_password": "p"},
+                         "relay_username needs relay_starttls = required"),
+                        ({"relay_starttls": "required",
+                          "relay_ca_file": str(tmp_path / "missing.pem")}, "No such file")):
+        conf = write_config(tmp_path, 25, **{"relay_starttls": "no", **more})
+        server = ServerProcess(data, config_file=conf)
+        with pytest.raises(RuntimeError) as failed:
+            server.start()
+        assert "cannot start" in str(failed.value) and named in str(failed.value)

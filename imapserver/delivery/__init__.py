@@ -16,7 +16,9 @@ import asyncio
 import socket
 import ssl
 
+from .. import observe
 from ..services import INHERITED, inherited, listen_port
+from . import relay
 from .handler import DeliveryHandler, Settings
 from .protocol import StoreLMTP, StoreSMTP
 
@@ -65,6 +67,7 @@ def start(store, cfg, reactor, loop: asyncio.AbstractEventLoop, announce) -> lis
     limit = cfg["store"]["max_message_size"]
     # Loaded before any socket is bound: a missing or broken certificate stops start-up.
     context = check_tls(cfg)
+    relay_settings = relay.check_settings(cfg)
     require_tls = section["smtp_require_starttls"]
     wanted = []
     for name, key, protocol, lmtp in (("smtp", "smtp_port", StoreSMTP, False),
@@ -108,9 +111,8 @@ def start(store, cfg, reactor, loop: asyncio.AbstractEventLoop, announce) -> lis
         announce(name, section["host"], bound)
     # The sender of the outgoing queue (Sieve redirect/vacation, bounces): every process sends
     # what it queued itself; one scans for entries due again (worker 1, or the only process).
-    from .. import observe
-    from . import relay
-    listeners.append(relay.start(store, cfg, loop, scans=observe.WORKER in (None, 1)))
+    listeners.append(relay.start(store, relay_settings, settings.hostname, loop,
+                                 scans=observe.WORKER in (None, 1)))
     return listeners
 
 
