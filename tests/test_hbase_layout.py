@@ -15,7 +15,16 @@ import Hbase_thrift  # loaded by happybase from its Hbase.thrift
 import pytest
 
 from mailstore import config
-from mailstore.schema import CONTENT, MAILBOX_INDEX, SUBSCRIPTIONS, TABLES, USERS, Layout, ddl
+from mailstore.schema import (
+    CONTENT,
+    MAILBOX_INDEX,
+    OUTBOX,
+    SUBSCRIPTIONS,
+    TABLES,
+    USERS,
+    Layout,
+    ddl,
+)
 from mailstore.testing.thrift_gateway import ThriftGateway
 from tests.admincli import run
 
@@ -96,11 +105,12 @@ def test_the_checked_in_script_is_shell_syntax_and_creates_each_table_once():
 
 def test_uuid_tables_are_pre_split_and_user_tables_are_not():
     """UniformSplit for keys that start with a random UUID; the user-name-keyed tables stay
-    one region (their names do not spread: decision 0015 has the salting plan)."""
+    one region (their names do not spread: decision 0015 has the salting plan), and so does
+    the outgoing queue (time-ordered keys of a short queue: decision 0024)."""
     created = check_shell_script(ddl(layout=Layout(regions=48)))
     for table in TABLES:
         split = [h for h in created[table.name] if "NAME" not in h]
-        if table in (MAILBOX_INDEX, USERS, SUBSCRIPTIONS):
+        if table in (MAILBOX_INDEX, USERS, SUBSCRIPTIONS, OUTBOX):
             assert split == [], table.name
         else:
             assert split == [{"NUMREGIONS": "48", "SPLITALGO": "'UniformSplit'"}], table.name
