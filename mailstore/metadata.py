@@ -209,12 +209,13 @@ class Metadata:
 def select(stored: Mapping[str, bytes], requested: Sequence[str], depth: int | None
            ) -> list[tuple[str, bytes | None]]:
     """GETMETADATA's answer (RFC 5464 4.2, 4.2.2): each requested entry in the order asked,
-    None if it has no value, followed by its existing descendants within ``depth`` (sorted;
-    0: none), each entry once."""
+    followed by its existing descendants within ``depth`` (sorted), each entry once.  A
+    requested entry without a value is there as None with DEPTH 0 and left out otherwise (a
+    subtree is asked for what it holds), as Dovecot does."""
     out: list[tuple[str, bytes | None]] = []
     seen: set[str] = set()
     for root in requested:
-        if root not in seen:
+        if root not in seen and (depth == 0 or root in stored):
             seen.add(root)
             out.append((root, stored.get(root)))
         if depth == 0:
