@@ -244,3 +244,39 @@ def test_not_authenticated(server):
         assert c.cmd("a", 'GETMETADATA "" /shared/admin')[-1].startswith(b"a BAD")
     finally:
         c.close()
+
+
+def test_real_clients(server):
+    """RFC 5464 through real libraries: imapclient (4.x has no METADATA methods) finds both
+    capabilities; the stdlib's imaplib sends GETMETADATA and SETMETADATA as extension
+    commands (``xatom``), and imapclient's response parser reads the METADATA responses
+    (4.4.1), NIL included."""
+    import imaplib
+
+    from imapclient import IMAPClient
+    from imapclient.response_parser import parse_response
+
+    client = IMAPClient("127.0.0.1", port=server.port, ssl=False)
+    try:
+        client.login("alice", "wonderland")
+        assert client.has_capability("METADATA") and client.has_capability("METADATA-SERVER")
+    finally:
+        client.logout()
+    imap = imaplib.IMAP4("127.0.0.1", server.port)
+    try:
+        imap.login("bob", "builder")
+        typ, _ = imap.xatom("SETMETADATA", 'INBOX (/private/comment "from imaplib" '
+                                           '/shared/comment "shared")')
+        assert typ == "OK"
+        typ, _ = imap.xatom("GETMETADATA", "(DEPTH 1)", "INBOX",
+                            "(/private/comment /shared /shared/none)")
+        assert typ == "OK"
+        _, data = imap.response("METADATA")
+        assert parse_response(data) == (b"INBOX", (b"/private/comment", b"from imaplib",
+                                                   b"/shared/comment", b"shared"))
+        typ, _ = imap.xatom("GETMETADATA", '""', "/shared/admin")
+        _, data = imap.response("METADATA")
+        assert parse_response(data) == (b"", (b"/shared/admin",
+                                              b"mailto:postmaster@example.com"))
+    finally:
+        imap.logout()
