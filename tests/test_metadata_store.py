@@ -179,3 +179,23 @@ def test_server_rows_outside_every_mailbox_prefix():
     """The server's rows can never fall in a mailbox's prefix scan (no UUID4 has version 0)."""
     key = keys.metadata_key(None, "u")
     assert key.startswith(keys.SERVER_METADATA) and (key[6] >> 4) == 0
+
+
+def test_fsck_finds_annotations_of_gone_mailboxes(store):
+    """A SETMETADATA racing the DELETE of its mailbox (or a deletion cut short) can leave
+    annotation rows behind: fsck reports them and --repair removes them; the server's rows
+    and live mailboxes' are left alone."""
+    from mailstore.fsck import Fsck
+
+    store.set_metadata("u", "INBOX", [("/shared/comment", b"live")])
+    store.set_metadata("u", None, [("/private/x", b"server")])
+    gone = b"\x42" * 16
+    store.metadata.write(gone, "u", {"/private/comment": b"left", "/shared/comment": b"left"})
+    report = Fsck(store).run()
+    assert [(p.kind, p.detail) for p in report.problems] == [
+        ("metadata", "2 annotation row(s) of a mailbox that no longer exists")]
+    Fsck(store, repair=True).run()
+    assert Fsck(store).run().ok
+    assert store.metadata.read(gone, "u") == {}
+    assert values(store, "u", "INBOX", "/shared/comment") == {"/shared/comment": b"live"}
+    assert values(store, "u", None, "/private/x") == {"/private/x": b"server"}
