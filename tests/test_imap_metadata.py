@@ -151,6 +151,15 @@ def test_rfc_4_3_response_codes(client):
             tag.encode() + b" NO [CANNOT]")
 
 
+def test_spooled_value_over_maxsize(client):
+    """RFC 5464 4.3: a value far over the limit -- a 2 MiB literal, which the receiver spools
+    to disk -- is refused with [METADATA MAXSIZE n] and the session goes on."""
+    client.send(b"a SETMETADATA INBOX (/private/big {%d+}\r\n" % (2 << 20) + b"x" * (2 << 20)
+                + b")\r\n")
+    assert client.until_tagged("a")[-1] == b"a NO [METADATA MAXSIZE 64] Metadata value too large"
+    assert cmd(client, "b", "GETMETADATA INBOX /private/big")[0].endswith(b"NIL)")
+
+
 def test_server_entries(client, server):
     """RFC 5464 3.1, 6.2.2: /shared/admin from the configuration; private server entries
     are each user's own."""

@@ -135,8 +135,11 @@ def _value(token, limit: int) -> bytes | None:
         raise Bad("An entry value is NIL or a string")
     if isinstance(token, bytes):
         return bytes(token)
-    if hasattr(token, "read"):
-        return token.read(limit + 1)
+    if hasattr(token, "read"):  # spooled to disk by the receiver (protocol.SPOOL_ABOVE)
+        try:
+            return token.read(limit + 1)
+        finally:
+            token.close()
     raise Bad("An entry value is NIL or a string")
 
 
