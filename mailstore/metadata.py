@@ -287,6 +287,11 @@ class Annotations:
             name = entry_name(name)
             if name in (PRIVATE, SHARED):
                 raise InvalidEntry(f"{name} itself holds no value")
+            parts = name.split("/")  # "", scope, "vendor", vendor-token, entry...
+            if len(parts) > 2 and parts[2] == "vendor" and len(parts) < 5:
+                # RFC 5464 3.2.1, 6: /shared/vendor/<vendor-token> is the top of one
+                # vendor's entries (as mox requires, a name below it is needed).
+                raise InvalidEntry("vendor entries are /private|/shared/vendor/<token>/<name>")
             if value is not None and len(value) > policy.max_value:
                 raise EntryTooLarge(policy.max_value)
             wanted[name] = value  # the last value given wins, as in Dovecot

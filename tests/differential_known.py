@@ -749,10 +749,11 @@ answers("metadata-specialuse-writable",
 answers("metadata-strict-grammar",
         "RFC 5464 5: entries and entry-values hold at least one entry, a value is nstring or "
         "literal8 (not an atom), and /private and /shared themselves are the roots of the "
-        "entry tree, not entries with values (3.2.1): we answer BAD. Dovecot takes all four "
-        "(and a value stored at /private then breaks its later SETMETADATAs with "
-        "NO [SERVERBUG]).",
+        "entry tree, not entries with values, as /shared/vendor/<vendor-token> is the top of "
+        "one vendor's entries (3.2.1): we answer BAD. Dovecot takes all five (and a value "
+        "stored at /private then breaks its later SETMETADATAs with NO [SERVERBUG]).",
         {"GETMETADATA INBOX ()": (["tag BAD"], ["tag OK"]),
          "SETMETADATA INBOX ()": (["tag BAD"], ["tag OK"]),
          "SETMETADATA INBOX (/private/x FOO)": (["tag BAD"], ["tag OK"]),
-         'SETMETADATA INBOX (/private "x")': (["tag BAD"], ["tag OK"])})
+         'SETMETADATA INBOX (/private "x")': (["tag BAD"], ["tag OK"]),
+         'SETMETADATA INBOX (/shared/vendor/vendor.example "x")': (["tag BAD"], ["tag OK"])})

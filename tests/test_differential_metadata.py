@@ -148,10 +148,13 @@ SCRIPTS = [
 
     Script("metadata-grammar", [
         ("A", "GETMETADATA INBOX ()"), ("A", "SETMETADATA INBOX ()"),
-        ("A", "SETMETADATA INBOX (/private/x FOO)"), ("A", 'SETMETADATA INBOX (/private "x")'),
+        ("A", "SETMETADATA INBOX (/private/x FOO)"),
+        ("A", 'SETMETADATA INBOX (/shared/vendor/vendor.example "x")'),
+        ("A", 'SETMETADATA INBOX (/private "x")'),  # last: it breaks Dovecot's later sets
     ], deliberate=("metadata-strict-grammar",),
         doc="RFC 5464 5: entries and entry-values hold at least one entry, a value is "
-            "nstring / literal8, and /private itself holds no value: BAD here."),
+            "nstring / literal8, and /private itself holds no value, nor does a vendor's top "
+            "/shared/vendor/<vendor-token> (3.2.1): BAD here."),
 ]
 
 

@@ -169,6 +169,17 @@ def test_entry_name_syntax(name):
         entry_name(name)
 
 
+@pytest.mark.parametrize("name", ["/private", "/shared", "/shared/vendor",
+                                  "/private/vendor/vendor.example"])
+def test_no_value_at_the_tops(store, name):
+    """RFC 5464 3.2.1: /private and /shared are the roots of the entry tree, and
+    /shared/vendor/<vendor-token> the top of one vendor's entries: none takes a value."""
+    with pytest.raises(InvalidEntry):
+        store.set_metadata("u", "INBOX", [(name, b"x")])
+    store.set_metadata("u", "INBOX", [(name + "/x/y" if "vendor" in name else name + "/x",
+                                       b"x")])
+
+
 def test_entry_names_are_case_insensitive():
     """RFC 5464 3.2.1: names are case-insensitive (kept lower case here, as Dovecot does)."""
     assert entry_name("/Shared/Vendor/vendor.Example/X") == "/shared/vendor/vendor.example/x"
