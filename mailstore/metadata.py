@@ -26,6 +26,7 @@ configuration (:class:`Policy`), read-only.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -204,6 +205,20 @@ class Metadata:
     def drop_user(self, user: str) -> None:
         """Delete ``user``'s private server entries (the account is going)."""
         self.table.delete(_row(None, True, user))
+
+
+def digests(entries: Mapping[str, bytes]) -> dict[str, bytes]:
+    """Entry name -> a short digest of its value: what a watcher keeps to tell later which
+    entries changed (:func:`changed_entries`) without holding the values."""
+    return {name: hashlib.blake2b(value, digest_size=12).digest()
+            for name, value in entries.items()}
+
+
+def changed_entries(before: Mapping[str, bytes], after: Mapping[str, bytes]) -> list[str]:
+    """The entries set, changed or removed between two :func:`digests` of one mailbox's
+    entries, sorted: the entry-list of an unsolicited METADATA response (RFC 5464 4.4.2)."""
+    return sorted(name for name in set(before) | set(after)
+                  if before.get(name) != after.get(name))
 
 
 def select(stored: Mapping[str, bytes], requested: Sequence[str], depth: int | None

@@ -40,7 +40,7 @@ from .messages import (
     flag_target,
     known_size,
 )
-from .metadata import DEFAULT_POLICY, Annotations, Metadata, Policy
+from .metadata import DEFAULT_POLICY, Annotations, Metadata, Policy, digests
 from .modseqs import SinceModseq, since_modseq
 from .records import COMMITTED, DELETING, MOVING, Flags, MessageRecord, state_of
 from .schema import IMPORTS, INTENTS, Layout, create_schema
@@ -299,6 +299,13 @@ class MailStore:
         ``user``'s mailbox (None: the server), all or none.  Raises the errors of
         metadata.Annotations.set."""
         self.annotations.set(user, mailbox, changes, policy)
+
+    def metadata_digests(self, user: str, mailbox_id: bytes | None) -> dict[str, bytes]:
+        """What ``user`` sees on a mailbox (None: the server) as entry name -> digest of the
+        value, stored entries only: two of them, before and after a change that
+        :meth:`metadata_marks` signalled, give the entries that changed
+        (metadata.changed_entries) for NOTIFY's unsolicited METADATA (RFC 5464 4.4.2)."""
+        return digests(self.metadata.read(mailbox_id, user))
 
     def metadata_marks(self, user: str, mailbox_ids: Sequence[bytes | None]
                        ) -> dict[bytes | None, int]:

@@ -289,3 +289,14 @@ def test_real_clients(server):
                                               b"mailto:postmaster@example.com"))
     finally:
         imap.logout()
+
+
+def test_unsolicited_metadata_line():
+    """RFC 5464 4.4.2: the unsolicited form lists entries without values and without
+    parentheses (for NOTIFY's MailboxMetadataChange, RFC 5465 5.4)."""
+    from imapserver.imap.commands.metadata import unsolicited_metadata
+
+    assert unsolicited_metadata("INBOX", ["/shared/comment", "/private/comment"]) == \
+        b"METADATA INBOX /shared/comment /private/comment"
+    assert unsolicited_metadata(None, ["/shared/admin"]) == b'METADATA "" /shared/admin'
+    assert unsolicited_metadata("Caf\u00e9", ["/private/x"]) == b"METADATA Caf&AOk- /private/x"

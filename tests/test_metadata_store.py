@@ -15,6 +15,7 @@ from mailstore.metadata import (
     Policy,
     ReadOnlyEntry,
     TooManyEntries,
+    changed_entries,
     entry_name,
     select,
 )
@@ -149,7 +150,8 @@ def test_special_use_entry(store):
 
 def test_marks_move_on_change(store):
     """The hook NOTIFY's MailboxMetadataChange (RFC 5465 5.4) polls: a number per mailbox
-    that moves when an entry the user sees there changes -- theirs or a shared one."""
+    that moves when an entry the user sees there changes -- theirs or a shared one -- and
+    digests that tell which entries changed."""
     inbox = store.mailbox("u", "INBOX")
     before = store.metadata_marks("u", [inbox.id, None])
     store.set_metadata("u", "INBOX", [("/shared/comment", b"x")])
@@ -158,6 +160,13 @@ def test_marks_move_on_change(store):
     v_before = store.metadata_marks("v", [inbox.id])[inbox.id]
     store.set_metadata("u", "INBOX", [("/private/comment", b"x")])
     assert store.metadata_marks("v", [inbox.id])[inbox.id] == v_before
+    snapshot = store.metadata_digests("u", inbox.id)
+    store.set_metadata("u", "INBOX", [("/private/comment", b"y"), ("/shared/comment", None),
+                                      ("/shared/new", b"n")])
+    # What changed, for the unsolicited METADATA response (RFC 5464 4.4.2).
+    assert changed_entries(snapshot, store.metadata_digests("u", inbox.id)) == [
+        "/private/comment", "/shared/comment", "/shared/new"]
+    assert changed_entries(snapshot, snapshot) == []
 
 
 @pytest.mark.parametrize("name", ["private/x", "/private/", "/private//x", "/private/*",

@@ -126,6 +126,14 @@ def getmetadata(ctx):
         ctx.ok_code = f"METADATA LONGENTRIES {longest}"
 
 
+def unsolicited_metadata(mailbox_name: str | None, entries) -> bytes:
+    """An unsolicited METADATA response without values (RFC 5464 4.4.2), for NOTIFY's
+    MailboxMetadataChange (RFC 5465 5.4): ``METADATA mailbox entry...`` -- the mailbox's name
+    (None: the server) and the entries that changed (metadata.changed_entries)."""
+    where = b'""' if mailbox_name is None else encode_name(mailbox_name)
+    return b"METADATA " + where + b" " + b" ".join(astring(e) for e in entries)
+
+
 def _value(token, limit: int) -> bytes | None:
     """A SETMETADATA value: NIL (remove), a string or literal (8), or a spooled literal read
     up to one octet past ``limit`` (enough to refuse it)."""
