@@ -226,6 +226,12 @@ class MailStore:
     def list_mailboxes(self, user: str) -> list[Mailbox]:
         return self.mailboxes.list(user)
 
+    def mailboxes_by_id(self, user: str, mailbox_ids: Sequence[bytes]) -> dict[bytes, Mailbox]:
+        """Those of ``mailbox_ids`` that are live mailboxes of ``user``, with their counters as
+        they stand, in one multi-get (NOTIFY's STATUS responses, RFC 5465 5.2)."""
+        return {mid: m for mid, m in self.mailboxes.load_many(list(mailbox_ids)).items()
+                if m.owner == user}
+
     @durable
     def rename_mailbox(self, user: str, old: str, new: str) -> list[Mailbox]:
         """RENAME (RFC 3501 6.3.5).  Renaming INBOX moves its messages to a new mailbox and
