@@ -11,7 +11,6 @@ played here in the form section 8 gives them.
 from __future__ import annotations
 
 import re
-import socket
 import time
 
 import pytest
@@ -63,7 +62,7 @@ def unsolicited(client: Client, until: bytes, timeout: float = 5.0) -> list[byte
             lines.append(line)
             if until in line:
                 return lines
-    except (socket.timeout, TimeoutError):
+    except TimeoutError:
         pass
     finally:
         client.sock.settimeout(10.0)
