@@ -165,11 +165,12 @@ class Users:
         self.table.increment(keys.user_key(names.normalize_user(name)), column, 1)
 
     def generations(self, users: list[str]) -> dict[str, tuple[int, int, int]]:
-        """(names, subscriptions, metadata) generations of each user, in one multi-get;
-        users without a row are left out."""
-        rows = self.table.rows([keys.user_key(u) for u in users], list(GENERATIONS))
-        return {key.decode(): tuple(decode_counter(row.get(c)) for c in GENERATIONS)
-                for key, row in rows}
+        """(names, subscriptions, metadata) generations of each user, in one multi-get; 0 for
+        those never moved (and for users that do not exist)."""
+        out = {u: (0, 0, 0) for u in users}
+        for key, row in self.table.rows([keys.user_key(u) for u in users], list(GENERATIONS)):
+            out[key.decode()] = tuple(decode_counter(row.get(c)) for c in GENERATIONS)
+        return out
 
     def list(self) -> list[User]:
         # Bounded at both ends: user names start with [a-z0-9] (names.py).
