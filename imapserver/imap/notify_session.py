@@ -176,10 +176,10 @@ class NotifyState:
 
     def _modseqs(self, mailbox_id: bytes) -> bool:
         """Whether STATUS responses about a mailbox carry HIGHESTMODSEQ: once CONDSTORE is
-        enabled (5.2, 5.3 MUST), and when its flag changes are watched, since a keyword
-        change shows in no other item (5.1; as Dovecot does)."""
-        return modseq_modes(self.session)[0] or \
-            FLAG_CHANGE in self.watched.get(mailbox_id, ())
+        enabled (5.2, 5.3 MUST), and only then -- RFC 7162 3.1 lets no MOD-SEQUENCE reach a
+        client that has not enabled it (so a keyword change elsewhere, which moves no other
+        item, is reported to CONDSTORE clients only; Dovecot does the same)."""
+        return modseq_modes(self.session)[0]
 
     def _rewatch(self) -> None:
         """The mailboxes to watch for message events, from the names and subscriptions."""
@@ -201,12 +201,13 @@ class NotifyState:
     def initial_status(self, store) -> list[bytes]:
         """NOTIFY SET STATUS (3.1), in a thread: a STATUS for every watched mailbox but the
         selected one, with MESSAGES, UIDNEXT, UIDVALIDITY (and UNSEEN, as Dovecot), and
-        HIGHESTMODSEQ once CONDSTORE is enabled or FlagChange asked for."""
+        HIGHESTMODSEQ once CONDSTORE is enabled.  (Dovecot adds HIGHESTMODSEQ when FlagChange
+        is asked for, and so enables CONDSTORE; RFC 7162 3.1 does not list NOTIFY among the
+        commands that enable it.)"""
         selected = self.session.selected
         skip = selected.mailbox.id if selected is not None else None
         rows = store.mailboxes_by_id(self.user, [k for k in self.watched if k != skip])
-        condstore = modseq_modes(self.session)[0] or self.spec.wants(FLAG_CHANGE) or \
-            FLAG_CHANGE in self.spec.selected_events
+        condstore = modseq_modes(self.session)[0]
         lines = []
         for mailbox in sorted(rows.values(), key=lambda m: (m.name != "INBOX", m.name)):
             items = [("MESSAGES", mailbox.messages), ("UIDNEXT", mailbox.uidnext),
