@@ -152,7 +152,10 @@ class NotifyState:
                 self.subs_due |= old[1] != generations[1]
                 self.meta_due |= old[2] != generations[2]
                 due = True
-        return due
+        # Also what a failed delivery left due (it is retried at each tick until it goes out).
+        return due or bool(self.dirty or self.lists_due or self.subs_due or self.meta_due
+                           or (self.selected_due and (self.idle is not None
+                                                      or bool(self.spec.selected_events))))
 
     # -- NOTIFY SET: the first look (in a thread) ---------------------------------------------
 
@@ -264,7 +267,15 @@ class NotifyState:
         self.dirty.difference_update(ids)
         want = (self.lists_due, self.subs_due, self.meta_due)
         self.lists_due = self.subs_due = self.meta_due = False
-        found = yield ctx.call(self._gather, ctx.store, ids, *want)
+        try:
+            found = yield ctx.call(self._gather, ctx.store, ids, *want)
+        except Exception:
+            # Nothing was reported: all of it is still due (the next tick delivers it).
+            self.dirty.update(ids)
+            self.lists_due |= want[0]
+            self.subs_due |= want[1]
+            self.meta_due |= want[2]
+            raise
         if self.stopped:
             return
         lines = self._report(found)
@@ -276,14 +287,20 @@ class NotifyState:
     def _deliver_selected(self, ctx, during_idle: bool):
         selected = self.session.selected
         events = self.spec.selected_events
-        if selected is None or not self.selected_due or not (events or during_idle):
+        if selected is None:
+            self.selected_due = False
+        if not self.selected_due or not (events or during_idle):
             return
         self.selected_due = False
         # RFC 3501 7.4.1: no EXPUNGE while no command is in progress; SELECTED with
         # MessageExpunge is the client's leave to send them anyway (RFC 5465 5.3, 6.1.1).
         hold = not during_idle and (self.spec.delayed or MESSAGE_EXPUNGE not in events)
         known = selected.known_visible
-        changes = yield ctx.call(selected.refresh, hold)
+        try:
+            changes = yield ctx.call(selected.refresh, hold)
+        except Exception:
+            self.selected_due = True  # retried at the next tick
+            raise
         if self.session.selected is not selected:
             return
         lines = changes_lines(changes, readonly=selected.readonly, session=self.session)
