@@ -320,6 +320,17 @@ def test_qresync_gets_vanished_for_the_selected_mailbox(server):
     assert unsolicited(client, b"VANISHED") == [b"* VANISHED 1:2"]
 
 
+def test_inboxes_are_every_mailbox_plus_addressing_can_reach(server):
+    """RFC 5465 6.3: INBOXES is every mailbox an MDA may deliver to -- with plus-addressing
+    on (the default), any folder (``cora+Lists@``), so all of them."""
+    other = login(server)
+    other.cmd("c", "CREATE Lists")
+    client = login(server)
+    lines = client.cmd("a", "NOTIFY SET STATUS (inboxes (MessageNew MessageExpunge))")
+    names = {line.split()[2] for line in lines if line.startswith(b"* STATUS")}
+    assert names == {b"INBOX", b"Lists", b"Drafts", b"Sent", b"Trash", b"Junk", b"Archive"}
+
+
 def test_notify_set_is_an_implicit_noop(server):
     """RFC 5465 3.1: "a successful NOTIFY SET command implies an implicit NOOP": changes to
     the selected mailbox come before its tagged OK."""

@@ -74,7 +74,8 @@ class Filter:
         if self.kind == PERSONAL:
             return True  # only the user's own namespace exists so far
         if self.kind == INBOXES:
-            # 6.3: mailboxes delivery may put mail in.  Delivery here only ever fills INBOX.
+            # 6.3: the mailboxes delivery may put mail in: INBOX only, unless plus-addressing
+            # can deliver to any folder (parse_notify_set made INBOXES PERSONAL then).
             return name == "INBOX"
         if self.kind == SUBSCRIBED:
             return name in subscribed
@@ -162,9 +163,13 @@ def _mailbox_names(token) -> tuple[str, ...]:
     return tuple(out)
 
 
-def parse_notify_set(args: list, supported: tuple[str, ...]) -> NotifySpec:
+def parse_notify_set(args: list, supported: tuple[str, ...],
+                     any_folder_delivery: bool = False) -> NotifySpec:
     """The arguments after ``NOTIFY SET``.  Raises Bad (syntax, composition rules) or
-    No with BADEVENT (events this server does not support)."""
+    No with BADEVENT (events this server does not support).  ``any_folder_delivery``:
+    delivery may file mail in any mailbox (``[delivery] plus_addressing``), so INBOXES is
+    every personal mailbox (RFC 5465 6.3: "all selectable mailboxes in the user's personal
+    namespace(s) to which messages may be delivered by an MDA")."""
     spec = NotifySpec()
     args = list(args)
     if args and isinstance(args[0], Atom) and args[0].upper() == "STATUS":
@@ -199,6 +204,8 @@ def parse_notify_set(args: list, supported: tuple[str, ...]) -> NotifySpec:
         elif len(rest) != 1:
             raise Bad(f"{kind} takes one list of events")
         events = _events(rest[0], False, spec, unsupported, supported)
+        if kind == INBOXES and any_folder_delivery:
+            kind = PERSONAL
         if events:
             spec.filters.append(Filter(kind, names, events))
     if unsupported:

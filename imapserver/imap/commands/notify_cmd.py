@@ -45,7 +45,8 @@ def notify(ctx):
         return
     if word != "SET":
         raise Bad("NOTIFY takes SET or NONE")
-    spec = parse_notify_set(ctx.args[1:], supported_events(metadata_supported(ctx.store)))
+    spec = parse_notify_set(ctx.args[1:], supported_events(metadata_supported(ctx.store)),
+                            ctx.server.cfg["delivery"]["plus_addressing"])
     state = NotifyState(session, ctx.conn, spec)
     status = yield ctx.call(_load, state, ctx.store)
     if state.overflowing:
