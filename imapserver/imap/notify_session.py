@@ -421,6 +421,13 @@ class NotifyState:
     def note_own(self, names=(), subscriptions=(), mailboxes=()) -> None:
         """A command of this session changed these: do not report them back (RFC 5465 5).
         Bounded: past OWN_CAP marks, forget them (the cost is a report too many)."""
+        # Only what would be reported: a mark nothing consumes would excuse a later change
+        # by someone else instead.
+        watched = {self.names.get(k) for k in self.watched}
+        names = [n for n in names if MAILBOX_NAME in self.spec.events_for(n, self.subscribed)]
+        subscriptions = [n for n in subscriptions if SUBSCRIPTION_CHANGE in
+                         self.spec.events_for(n, self.subscribed | {n})]
+        mailboxes = [n for n in mailboxes if n in watched]
         for marks, new in ((self.own_names, names), (self.own_subscriptions, subscriptions),
                            (self.own_mailboxes, mailboxes)):
             if len(marks) > OWN_CAP:
