@@ -176,11 +176,15 @@ USERS = TableDef(
     purpose="Accounts: password hash (scrypt, never plain text) and quota limits.",
     row_key="user name UTF-8 (lower case)",
     families={
-        "a": "account: pw (scrypt hash string), created",
+        "a": "account: pw (scrypt hash string), created; gen.names, gen.subs, gen.meta: "
+             "change generations of the user's mailbox list, subscriptions and metadata "
+             "(8-byte counters, increments only; read by NOTIFY, docs/decisions/0021)",
         "l": "limits: storage, messages (8-byte counters; absent = unlimited); usage is the "
              "sum of the user's mailbox counters",
     },
-    access="get by name at login and delivery; prefix-free bounded scan for `user list`",
+    access="get by name at login and delivery; prefix-free bounded scan for `user list`; "
+           "increment of a gen.* counter per CREATE/RENAME/DELETE/(UN)SUBSCRIBE; one "
+           "multi-get of the gen.* columns per NOTIFY poll tick",
 )
 
 INTENTS = TableDef(

@@ -47,7 +47,15 @@ from .records import COMMITTED, DELETING, MOVING, Flags, MessageRecord, state_of
 from .schema import IMPORTS, INTENTS, OUTBOX, Layout, create_schema
 from .sortcache import MessageKeys, SortKeyCache
 from .transfers import Transfers
-from .users import QuotaUsage, User, Users, check_quota
+from .users import (
+    METADATA_GENERATION,
+    NAMES_GENERATION,
+    SUBSCRIPTIONS_GENERATION,
+    QuotaUsage,
+    User,
+    Users,
+    check_quota,
+)
 
 DEFAULT_MAX_MESSAGE = 64 * 1024 * 1024
 FLAG_BATCH = 1000
@@ -204,12 +212,15 @@ class MailStore:
         """Create ``name`` (RFC 3501 6.3.3); missing parents are created too."""
         name = names.normalize_mailbox(name)
         self.users.get(user)  # NotFound for an unknown user: no mailbox rows without an owner
-        for parent in names.parent_names(name):
-            try:
-                self.mailboxes.create(user, parent)
-            except AlreadyExists:
-                pass
-        return self.mailboxes.create(user, name, special_use)
+        try:
+            for parent in names.parent_names(name):
+                try:
+                    self.mailboxes.create(user, parent)
+                except AlreadyExists:
+                    pass
+            return self.mailboxes.create(user, name, special_use)
+        finally:
+            self.users.bump(user, NAMES_GENERATION)  # a parent may be new even if it failed
 
     def mailbox(self, user: str, name: str, recover: bool = True) -> Mailbox:
         """The mailbox with fresh counters; rolls forward stale moves/expunges of it first."""
@@ -228,10 +239,22 @@ class MailStore:
     def list_mailboxes(self, user: str) -> list[Mailbox]:
         return self.mailboxes.list(user)
 
+    def mailboxes_by_id(self, user: str, mailbox_ids: Sequence[bytes]) -> dict[bytes, Mailbox]:
+        """Those of ``mailbox_ids`` that are live mailboxes of ``user``, with their counters as
+        they stand, in one multi-get (NOTIFY's STATUS responses, RFC 5465 5.2)."""
+        return {mid: m for mid, m in self.mailboxes.load_many(list(mailbox_ids)).items()
+                if m.owner == user}
+
     @durable
     def rename_mailbox(self, user: str, old: str, new: str) -> list[Mailbox]:
         """RENAME (RFC 3501 6.3.5).  Renaming INBOX moves its messages to a new mailbox and
         leaves INBOX empty, as the RFC requires."""
+        try:
+            return self._rename_mailbox(user, old, new)
+        finally:
+            self.users.bump(user, NAMES_GENERATION)
+
+    def _rename_mailbox(self, user: str, old: str, new: str) -> list[Mailbox]:
         if names.normalize_mailbox(old) == "INBOX":
             inbox = self.mailbox(user, "INBOX")
             target = self.create_mailbox(user, new)
@@ -255,7 +278,10 @@ class MailStore:
         mailbox = self.mailboxes.get(user, name)
         if mailbox.name == "INBOX":
             raise InvalidName("INBOX cannot be deleted")
-        self._delete_mailbox(mailbox)
+        try:
+            self._delete_mailbox(mailbox)
+        finally:
+            self.users.bump(user, NAMES_GENERATION)
 
     def _delete_mailbox(self, mailbox: Mailbox) -> None:
         # Operations on it that died are finished first (a copy into it holds references
@@ -281,10 +307,23 @@ class MailStore:
     @durable
     def subscribe(self, user: str, name: str) -> None:
         self.mailboxes.subscribe(user, name)
+        self.users.bump(user, SUBSCRIPTIONS_GENERATION)
 
     @durable
     def unsubscribe(self, user: str, name: str) -> None:
         self.mailboxes.unsubscribe(user, name)
+        self.users.bump(user, SUBSCRIPTIONS_GENERATION)
+
+    def note_metadata_change(self, user: str) -> None:
+        """Tell NOTIFY sessions that ``user``'s mailbox or server metadata changed (RFC 5465
+        5.8, 5.9): for the METADATA commands to call after each change they make."""
+        self.users.bump(user, METADATA_GENERATION)
+
+    def generations(self, users: list[str]) -> dict[str, tuple[int, int, int]]:
+        """Where each user's mailbox list, subscriptions and metadata stand: (names,
+        subscriptions, metadata) change generations, each moved on after every change of
+        its kind, in one round trip for all of them (NOTIFY's poller, decision 0021)."""
+        return self.users.generations(users)
 
     def subscriptions(self, user: str) -> list[str]:
         return self.mailboxes.subscriptions(user)

@@ -25,6 +25,12 @@ PASSWORD = b"a:pw"
 CREATED = b"a:created"
 LIMIT_STORAGE = b"l:storage"
 LIMIT_MESSAGES = b"l:messages"
+# Change generations of a user's mailbox list, subscriptions and metadata: incremented after
+# each change, read by NOTIFY sessions in every process (docs/decisions/0021-notify.md).
+NAMES_GENERATION = b"a:gen.names"
+SUBSCRIPTIONS_GENERATION = b"a:gen.subs"
+METADATA_GENERATION = b"a:gen.meta"
+GENERATIONS = (NAMES_GENERATION, SUBSCRIPTIONS_GENERATION, METADATA_GENERATION)
 
 # scrypt cost: ~50 ms and 16 MiB per hash on a 2-core machine.  Slow enough to make offline
 # guessing expensive, fast enough for a login storm.
@@ -152,6 +158,19 @@ class Users:
     def set_password(self, name: str, password: str) -> None:
         user = self.get(name).name
         self.table.put(keys.user_key(user), {PASSWORD: hash_password(password).encode()})
+
+    def bump(self, name: str, column: bytes) -> None:
+        """Move one of the user's change generations on (:data:`GENERATIONS`): called after
+        the change it announces, so a reader that sees the new number sees the change."""
+        self.table.increment(keys.user_key(names.normalize_user(name)), column, 1)
+
+    def generations(self, users: list[str]) -> dict[str, tuple[int, int, int]]:
+        """(names, subscriptions, metadata) generations of each user, in one multi-get; 0 for
+        those never moved (and for users that do not exist)."""
+        out = {u: (0, 0, 0) for u in users}
+        for key, row in self.table.rows([keys.user_key(u) for u in users], list(GENERATIONS)):
+            out[key.decode()] = tuple(decode_counter(row.get(c)) for c in GENERATIONS)
+        return out
 
     def list(self) -> list[User]:
         # Bounded at both ends: user names start with [a-z0-9] (names.py).

@@ -23,6 +23,7 @@ from differential import (
     answers,
     command_text,
     deliberate,
+    render,
     response_lines,
     word,
 )
@@ -757,3 +758,51 @@ answers("metadata-strict-grammar",
          "SETMETADATA INBOX (/private/x FOO)": (["tag BAD"], ["tag OK"]),
          'SETMETADATA INBOX (/private "x")': (["tag BAD"], ["tag OK"]),
          'SETMETADATA INBOX (/shared/vendor/vendor.example "x")': (["tag BAD"], ["tag OK"])})
+# -- NOTIFY (RFC 5465; tests/test_differential_notify.py) ----------------------------------
+
+answers("notify-composition-rules",
+        "RFC 5465 5: 'If one of MessageNew or MessageExpunge is specified, then both events "
+        "MUST be specified' and FlagChange needs both, 'Otherwise, the server MUST respond "
+        "with the tagged BAD response'; 6.1: only message events with SELECTED; 8: NOTIFY SET "
+        "takes at least one event group.  We answer BAD with the reason; Dovecot 2.3 checks "
+        "the first rule for SELECTED only and accepts the rest.",
+        {"NOTIFY SET (personal (FlagChange))": (["tag BAD"], ["tag OK"]),
+         "NOTIFY SET (personal (MessageNew))": (["tag BAD"], ["tag OK"]),
+         "NOTIFY SET (selected (MailboxName))": (["tag BAD"], ["tag OK"]),
+         "NOTIFY SET": (["tag BAD"], ["tag OK"])})
+
+_SUPPORTED = "(MessageNew MessageExpunge FlagChange MailboxName SubscriptionChange)"
+
+answers("notify-badevent",
+        "RFC 5465 3.1: an unsupported event is refused with a tagged NO whose BADEVENT code "
+        "'MUST list names of all events supported by the server', in parentheses (8: "
+        "unsupported-events-code = \"BADEVENT\" SP \"(\" event *(SP event) \")\"); an event "
+        "name the server does not know is such an event (8: event-ext).  Dovecot 2.3 lists "
+        "the unsupported events asked for, without parentheses, and answers BAD to an unknown "
+        "one.  Both refuse the same commands and keep the previous NOTIFY setting.",
+        {"NOTIFY SET (personal (MessageNew MessageExpunge MailboxMetadataChange))":
+            ([f"tag NO [BADEVENT {_SUPPORTED}]"], ["tag NO [BADEVENT MailboxMetadataChange]"]),
+         "NOTIFY SET (personal (ServerMetadataChange))":
+            ([f"tag NO [BADEVENT {_SUPPORTED}]"], ["tag NO [BADEVENT ServerMetadataChange]"]),
+         "NOTIFY SET (personal (XUnknownEvent))":
+            ([f"tag NO [BADEVENT {_SUPPORTED}]"], ["tag BAD"])})
+
+
+@deliberate("notify-own-changes",
+            "RFC 5465 5: 'The server SHOULD omit notifying the client if the event is caused "
+            "by this client' -- we leave out the LIST/STATUS a session's own CREATE, RENAME, "
+            "DELETE, (UN)SUBSCRIBE, APPEND, COPY or MOVE would cause; Dovecot 2.3 sends them. "
+            "Dovecot's extra LIST/STATUS responses are dropped from a wait for notifications "
+            "when the rest is the same.")
+def _notify_own_changes(ours: Event, dovecot: Event) -> bool:
+    if not ours.sent.startswith("(wait for") or dovecot.sent != ours.sent:
+        return False
+    theirs = {tuple(render(r)) for r in ours.responses}
+    kept = [r for r in dovecot.responses
+            if tuple(render(r)) in theirs or not (
+                r.kind == "data" and r.data and word(r.data[0]) in (b"LIST", b"STATUS"))]
+    if len(kept) == len(dovecot.responses) or \
+            [render(r) for r in kept] != [render(r) for r in ours.responses]:
+        return False
+    dovecot.responses[:] = kept
+    return True

@@ -36,12 +36,15 @@ _OPERATION_OF_FUNCTION = {
     "_highests": "mailbox_status", "highest_modseq": "mailbox_status",
     "_changed_uids": "fetch", "_vanished": "fetch",
     "get_metadata": "get_metadata", "set_metadata": "set_metadata",  # RFC 5464
+    # NOTIFY (RFC 5465): its first look, and a delivery's reads.
+    "_load": "notify", "_gather": "notify",
 }
 _OPERATION_OF_COMMAND = {  # closures (``def run()``) of these commands
     "DELETE": "delete_mailbox", "STATUS": "mailbox_status", "APPEND": "append",
     "CLOSE": "expunge", "EXPUNGE": "expunge", "STORE": "store_flags", "COPY": "copy",
     "MOVE": "move", "SEARCH": "search", "SORT": "search", "THREAD": "search",
     "REPLACE": "replace",
+    "NOTIFY": "notify",  # NOTIFY SET's first look, and each delivery's reads (RFC 5465)
 }
 
 

@@ -442,6 +442,16 @@ class IMAPServerProtocol(protocol.Protocol):
         if not self._running:
             self._run_next()
 
+    def run_soon(self, job) -> None:
+        """Run ``job()`` (it may return a Deferred) in the command queue: after the command
+        running now, before those queued behind it, never in the middle of one's responses.
+        NOTIFY (RFC 5465) delivers its unsolicited responses so."""
+        if self.closed or self.closing:
+            return
+        self._queue.appendleft(job)
+        if not self._running:
+            self._run_next()
+
     def wait_writable(self) -> defer.Deferred:
         """A Deferred that fires once the client has read enough of what was written (at
         once when the connection is closing)."""
@@ -487,6 +497,9 @@ class IMAPServerProtocol(protocol.Protocol):
 
     @defer.inlineCallbacks
     def _execute(self, tokens: list):
+        if callable(tokens):  # a job from run_soon, not a command
+            yield tokens()
+            return
         try:
             yield self._execute_command(tokens)
         finally:

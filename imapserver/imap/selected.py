@@ -94,6 +94,7 @@ class SelectedMailbox:
         self._pending_context: list[bytes] = []  # REMOVEFROMs for our own expunges
         self._forgotten: list[int] = []  # UIDs we expunged, not yet reported (ascending)
         self._retest_later: set[int] = set()  # UIDs a failed context re-test left to do
+        self._held_gone: set[int] = set()  # expunged UIDs a refresh held back (refresh())
 
     # -- opening ----------------------------------------------------------------------------
 
@@ -220,10 +221,14 @@ class SelectedMailbox:
 
     # -- refresh ----------------------------------------------------------------------------
 
-    def refresh(self) -> Changes:
-        """Learn what changed since the last look; apply it to the sequence numbers."""
+    def refresh(self, hold_expunges: bool = False) -> Changes:
+        """Learn what changed since the last look; apply it to the sequence numbers.
+
+        ``hold_expunges``: no command is in progress, when RFC 3501 7.4.1 allows no EXPUNGE
+        (NOTIFY's SELECTED-DELAYED, RFC 5465 6.1.2): messages found gone stay numbered, and
+        are reported by the next refresh without it."""
         known = self.index.marks.visible
-        changes = self._look()
+        changes = self._look(hold_expunges)
         self._take_recent(known)
         self._recent_changes(changes)
         changes.context_before[:0] = self._pending_context
@@ -261,14 +266,21 @@ class SelectedMailbox:
         self._retest_later = set()
         return lines
 
-    def _look(self) -> Changes:
+    def _look(self, hold_expunges: bool = False) -> Changes:
         changes = Changes()
         delta = self.store.changes_since(self.mailbox, self.index.marks)
         if delta is None:
-            self._rescan(changes)
+            if not hold_expunges:  # else left for the next refresh, which may expunge
+                self._rescan(changes)
             return changes
         index = self.index
         gone = {u for u in delta.gone if index.seq_of(u) is not None}
+        if hold_expunges:
+            self._held_gone |= gone
+            gone = set()
+        elif self._held_gone:
+            gone |= {u for u in self._held_gone if index.seq_of(u) is not None}
+            self._held_gone = set()
         if gone:
             if self.contexts:
                 changes.context_before = self.contexts.expunged(gone, self._client_seq)
@@ -326,6 +338,7 @@ class SelectedMailbox:
                     and self.own_flags.get(uid) != flags.modseq:
                 changes.flags.append((seq, uid, flags.names, flags.modseq))
         self.own_flags.clear()
+        self._held_gone = set()  # the rescan found them gone again
         self.index = fresh
         changes.touched = set(fresh.uids)  # no log to say what changed: test them all
         changes.keywords = self.new_keywords()

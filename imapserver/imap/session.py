@@ -16,6 +16,7 @@ class Session:
         self.user: str | None = None
         self.selected = None  # SelectedMailbox
         self.enabled: set[str] = set()
+        self.notify = None  # NotifyState while NOTIFY SET is in force (RFC 5465)
         self.tls = getattr(server, "implicit_tls", False)
 
     @property
@@ -55,6 +56,7 @@ class Session:
         caps.append("REPLACE")  # RFC 8508 3.1
         caps += ["METADATA", "METADATA-SERVER"]  # RFC 5464 1
         caps.append("COMPRESS=DEFLATE")  # RFC 4978 3 (the command needs a login)
+        caps.append("NOTIFY")  # RFC 5465
         if self.user is None:
             if not self.tls and self.server.tls_context is not None:
                 caps.append("STARTTLS")
@@ -68,6 +70,8 @@ class Session:
 
     def close(self) -> None:
         self.server.watchers.unwatch(self)
+        if self.notify is not None:
+            self.notify.stop()
         if self.user is not None:
             self.server.user_logged_out(self.user)
             self.user = None

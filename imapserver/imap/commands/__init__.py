@@ -9,6 +9,7 @@ from . import (  # noqa: F401
     mailbox_cmds,
     message_cmds,
     metadata,
+    notify_cmd,
     quota,
     replace_cmd,
     search_cmd,

@@ -6,6 +6,10 @@ The server answers ``+ idling``, then pushes EXISTS / EXPUNGE / FETCH as the mai
 (the process-wide poller in notify.py wakes the session, within a second of the change, also
 when it came from another process or from delivery).  Only a line ``DONE`` ends IDLE; any other
 line gets an untagged BAD and IDLE goes on.
+
+With NOTIFY SET in force (RFC 5465 4) the session's NOTIFY delivery does the pushing instead:
+the selected mailbox's changes as IDLE always reports them, and the other mailboxes' events as
+NOTIFY asked, in the order they are found (notify_session.py).
 """
 
 from __future__ import annotations
@@ -81,16 +85,25 @@ def idle(ctx):
     ctx.flush()
     ctx.conn.write_lines([b"+ idling"])
     ctx.conn.reset_timeout()
-    if ctx.session.selected is not None:
+    notify = ctx.session.notify
+    if notify is not None:
+        notify.idle = consumer
+        notify.selected_due = ctx.session.selected is not None
+        notify.wake()  # anything that changed before IDLE began
+    elif ctx.session.selected is not None:
         ctx.server.watchers.watch(ctx.session, consumer.wake)
         consumer.wake()  # anything that changed before IDLE began
     try:
         yield consumer.done
     finally:
         ctx.server.watchers.unwatch(ctx.session)
+        if notify is not None:
+            notify.idle = None
         ctx.conn.line_consumer = None
         ctx.conn.reset_timeout()
     # A refresh still running changes the session's view: let it finish and report before the
     # next command (which may refresh too) runs, or the numbering would drift from the client's.
     while consumer.pending is not None:
         yield consumer.pending
+    while notify is not None and notify.pending is not None:
+        yield notify.pending

@@ -38,6 +38,7 @@ from ..names import (
     pattern_regex,
     recursive_match_parents,
 )
+from ..notify_session import note_own
 from ..qresync import in_set, missing, parse_select_params, ranges_text
 from ..selected import SelectedMailbox
 from ..wire import Atom
@@ -145,6 +146,7 @@ def create(ctx):
     if name.upper() == "INBOX":
         raise No("INBOX always exists", "ALREADYEXISTS")
     mailbox = yield ctx.call(ctx.store.create_mailbox, ctx.session.user, name, use)
+    note_own(ctx.session, names=[mailbox.name])
     ctx.finish(b"OK", "CREATE completed", f"MAILBOXID ({mailbox_id(mailbox.id)})")
 
 
@@ -162,6 +164,7 @@ def delete(ctx):
         ctx.store.delete_mailbox(user, name)
         return mailbox
     mailbox = yield ctx.call(run)
+    note_own(ctx.session, names=[mailbox.name])
     selected = ctx.session.selected
     if selected is not None and selected.mailbox.id == mailbox.id:
         ctx.server.watchers.unwatch(ctx.session)
@@ -173,21 +176,26 @@ def delete(ctx):
 def rename(ctx):
     ctx.expect_args(2)
     old, new = decode_name(ctx.args[0]), decode_name(ctx.args[1])
-    yield ctx.call(ctx.store.rename_mailbox, ctx.session.user, old, new)
+    renamed = yield ctx.call(ctx.store.rename_mailbox, ctx.session.user, old, new)
+    note_own(ctx.session, names=[m.name for m in renamed])
 
 
 @command("SUBSCRIBE", AUTH, SELECTED)
 @defer.inlineCallbacks
 def subscribe(ctx):
     ctx.expect_args(1)
-    yield ctx.call(ctx.store.subscribe, ctx.session.user, decode_name(ctx.args[0]))
+    name = decode_name(ctx.args[0])
+    yield ctx.call(ctx.store.subscribe, ctx.session.user, name)
+    note_own(ctx.session, subscriptions=[name])
 
 
 @command("UNSUBSCRIBE", AUTH, SELECTED)
 @defer.inlineCallbacks
 def unsubscribe(ctx):
     ctx.expect_args(1)
-    yield ctx.call(ctx.store.unsubscribe, ctx.session.user, decode_name(ctx.args[0]))
+    name = decode_name(ctx.args[0])
+    yield ctx.call(ctx.store.unsubscribe, ctx.session.user, name)
+    note_own(ctx.session, subscriptions=[name])
 
 
 @command("NAMESPACE", AUTH, SELECTED)

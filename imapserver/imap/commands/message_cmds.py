@@ -25,6 +25,7 @@ from mailstore.errors import NotFound
 
 from ..context import AUTH, SELECTED, Bad, No, command
 from ..names import decode_name
+from ..notify_session import note_own
 from ..seqset import parse_seqset
 from ..wire import Atom, Literal
 from .common import (
@@ -186,6 +187,7 @@ def append(ctx):
         for _flags, _date, message in messages:
             if hasattr(message, "close"):
                 message.close()
+    note_own(ctx.session, mailboxes=[mailbox.name])
     yield report_changes(ctx)
     ctx.finish(b"OK", "APPEND completed",
                f"APPENDUID {mailbox.uidvalidity} {uid_set_text(uids)}")
@@ -309,6 +311,8 @@ def _transfer(ctx, uid_mode: bool, move: bool):
             return target, ctx.store.move(selected.mailbox, uids, target)
         return target, ctx.store.copy(selected.mailbox, uids, target)
     target, pairs = yield ctx.call(run)
+    if pairs:
+        note_own(ctx.session, mailboxes=[target.name])
     code = None
     if pairs:
         code = (f"COPYUID {target.uidvalidity} {uid_set_text([p[0] for p in pairs])} "
