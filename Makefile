@@ -24,7 +24,9 @@ venv: $(STAMP)
 
 $(STAMP): setup.cfg pyproject.toml
 	@# Debian's python3 ships venv without ensurepip; install python3-venv only when missing.
-	@$(PY) -m venv $(VENV) 2>/dev/null || { rm -rf $(VENV); \
+	@# A working venv is kept: re-running venv with another python3 on PATH (pyenv's, say)
+	@# would point it at that interpreter's library while its binary stays the old one.
+	@$(BIN)/python -c '' 2>/dev/null || $(PY) -m venv $(VENV) 2>/dev/null || { rm -rf $(VENV); \
 	  $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq python3-venv >/dev/null && \
 	  $(PY) -m venv $(VENV); }
 	$(BIN)/pip install -q --upgrade pip
