@@ -183,3 +183,17 @@ def user_key(user: str) -> bytes:
 # -- a row in JAMES_MAILBOXES that no UUID4 can take (version nibble 0), for store-wide counters
 
 STORE_ROW = b"\x00" * UUID_LEN
+
+
+# -- JAMES_URLAUTH_KEYS: user NUL mailbox uuid ---------------------------------------------------
+
+def urlauth_key(user: str, mailbox_id: bytes) -> bytes:
+    """Row of ``user``'s URLAUTH access key for one mailbox (RFC 4467 3)."""
+    if len(mailbox_id) != UUID_LEN:
+        raise ValueError("mailbox id must be 16 bytes")
+    return user.encode() + SEP + mailbox_id
+
+
+def urlauth_user_prefix(user: str) -> bytes:
+    """Prefix of every URLAUTH key row of ``user`` (RESETKEY without a mailbox)."""
+    return user.encode() + SEP

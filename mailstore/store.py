@@ -45,6 +45,7 @@ from .records import COMMITTED, DELETING, MOVING, Flags, MessageRecord, state_of
 from .schema import IMPORTS, INTENTS, Layout, create_schema
 from .sortcache import MessageKeys, SortKeyCache
 from .transfers import Transfers
+from .urlauth import UrlauthKeys
 from .users import QuotaUsage, User, Users, check_quota
 
 DEFAULT_MAX_MESSAGE = 64 * 1024 * 1024
@@ -106,6 +107,7 @@ class MailStore:
                                    self.users, clock, intent_timeout, self.changes)
         self.indexes = Indexes(backend, self.messages, self.changes)
         self.sort_cache = SortKeyCache(self.messages)
+        self.urlauth = UrlauthKeys(backend)
 
     @classmethod
     def open(cls, backend_name: str, backend_options: dict, **store_options) -> MailStore:
@@ -182,6 +184,7 @@ class MailStore:
         for mailbox in self.mailboxes.list(user):
             self._delete_mailbox(mailbox)
         self.mailboxes.drop_subscriptions(user)
+        self.urlauth.reset_all(user)
         self.users.delete_row(user)
 
     # -- mailboxes ------------------------------------------------------------------------------
@@ -256,6 +259,7 @@ class MailStore:
         for key, _op, _at in self.transfers.pending(mailbox.id):
             self.transfers.intents.delete(key)
         self._drop_import_records(mailbox.id)
+        self.urlauth.drop(mailbox.owner, mailbox.id)
         self.changes.drop(mailbox.id)
         self.indexes.forget(mailbox.id)
         self.mailboxes.remove_row(mailbox.id)
@@ -598,6 +602,27 @@ class MailStore:
         return self.transfers.move(source, uids, target)
 
     # -- administration (mailadmin) --------------------------------------------------------------
+
+    # -- URLAUTH (RFC 4467) -------------------------------------------------------------------
+
+    def urlauth_key(self, user: str, mailbox: Mailbox, create: bool = False) -> bytes | None:
+        """``user``'s URLAUTH access key for ``mailbox`` (RFC 4467 3): made now with
+        ``create`` (GENURLAUTH), else None when there is none (URLFETCH: the URL is dead)."""
+        if create:
+            key = self.urlauth.get_or_create(user, mailbox.id)
+            self.backend.sync()
+            return key
+        return self.urlauth.get(user, mailbox.id)
+
+    @durable
+    def reset_urlauth_keys(self, user: str, mailbox_name: str | None = None) -> None:
+        """RESETKEY (RFC 4467 6.2): a new key for ``user``'s mailbox ``mailbox_name``, or with
+        None no key for any mailbox; either way every URL made before is revoked.  NotFound
+        for a mailbox that does not exist."""
+        if mailbox_name is None:
+            self.urlauth.reset_all(user)
+        else:
+            self.urlauth.reset(user, self.mailboxes.get(user, mailbox_name).id)
 
     @durable
     def set_password(self, user: str, password: str) -> None:
