@@ -97,6 +97,8 @@ SCHEMA: dict[str, dict[str, Key]] = {
         "max_connections_per_user": Key(int, 50),
         "idle_timeout": Key(int, 1800),
         "auth_failure_delay": Key(float, 2.0),
+        "urlauth_submit_users": Key(lambda t: [u.strip().lower() for u in t.split(",")
+                                               if u.strip()], []),
     },
     "delivery": {
         "host": Key(str, "127.0.0.1"),
