@@ -54,6 +54,7 @@ class Session:
         caps += ["CONDSTORE", "QRESYNC"]  # RFC 7162
         caps.append("REPLACE")  # RFC 8508 3.1
         caps.append("CATENATE")  # RFC 4469 2
+        caps += ["URLAUTH", "URL-PARTIAL"]  # RFC 4467 2; RFC 5550: ;PARTIAL= in URLs
         caps.append("COMPRESS=DEFLATE")  # RFC 4978 3 (the command needs a login)
         if self.user is None:
             if not self.tls and self.server.tls_context is not None:

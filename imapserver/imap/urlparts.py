@@ -82,7 +82,7 @@ def check_urlauth(store, url: ImapUrl, session_user: str, submit_users: list[str
         raise BadUrl("not a URLAUTH-authorized URL")
     if (url.mechanism or "").upper() != "INTERNAL":
         raise BadUrl("unknown URLAUTH mechanism")
-    if url.expire is not None and _expired(url.expire, now):
+    if url.expire is not None and expired(url.expire, now):
         raise BadUrl("URL expired")
     if not _admits(url.access, session_user, submit_users):
         raise BadUrl("access identifier does not admit this user")
@@ -183,7 +183,7 @@ def _same_user(name: str, session_user: str) -> bool:
         return False
 
 
-def _expired(stamp: str, now: float) -> bool:
+def expired(stamp: str, now: float) -> bool:
     """RFC 4467 3: a URL is not valid at or after its ``;EXPIRE=`` (an RFC 3339 date-time)."""
     try:
         when = datetime.datetime.fromisoformat(stamp.upper().replace("Z", "+00:00"))

@@ -1,0 +1,150 @@
+"""URLAUTH (RFC 4467): URLs that carry their own authorization to parts of a user's mail.
+
+    genurlauth      = "GENURLAUTH" 1*(SP url-rump SP mechanism)       ; RFC 4467 6.1 / 9
+    genurlauth-data = "*" SP "GENURLAUTH" 1*(SP url-full)
+    resetkey        = "RESETKEY" [SP mailbox *(SP mechanism)]          ; 6.2
+    urlfetch        = "URLFETCH" 1*(SP url-full)                      ; 6.3
+    urlfetch-data   = "*" SP "URLFETCH" 1*(SP url-full SP nstring)
+    url-rump        = astring   ; an absolute IMAP URL ending ";URLAUTH=" access
+    url-full        = astring   ; url-rump ":" mechanism ":" verifier
+    mechanism       = "INTERNAL" / 1*(ALPHA / DIGIT / "-" / ".")
+    resp-text-code  =/ "URLMECH" SP "INTERNAL"
+
+Only the ``INTERNAL`` mechanism exists (RFC 4467 7: HMAC-SHA1 of the rump under the user's key
+for the mailbox, :mod:`mailstore.urlauth`).  Answers follow Dovecot 2.3 where RFC 4467 leaves
+them open: a rump that is malformed, relative, another user's, or names a mailbox, UIDVALIDITY
+or message that is not there is BAD; GENURLAUTH answers all its URLs in one untagged response;
+URLFETCH answers each URL in its own untagged response, ``NIL`` for one that does not verify
+(6.3: no error for the command); RESETKEY of a mailbox says ``[URLMECH INTERNAL]``.  Who may
+fetch what is :mod:`imapserver.imap.urlparts`.
+"""
+
+from __future__ import annotations
+
+import time
+
+from twisted.internet import defer
+
+from mailstore.errors import NotFound
+from mailstore.urlauth import internal_verifier
+
+from ..context import AUTH, SELECTED, Bad, No, command
+from ..imapurl import UrlError, parse_url
+from ..names import decode_name
+from ..urlparts import BadUrl, expired, open_url
+from ..wire import Atom, as_text, astring
+
+MECHANISM = "INTERNAL"
+
+
+def _url_text(token) -> str:
+    if not isinstance(token, (Atom, bytes)):
+        raise Bad("expected a URL")
+    return as_text(token, "URL")
+
+
+@command("GENURLAUTH", AUTH, SELECTED)
+@defer.inlineCallbacks
+def genurlauth(ctx):
+    """RFC 4467 6.1: a verifier for each rump, made with the user's key for its mailbox (the
+    key is made on first use)."""
+    args = ctx.args
+    if not args or len(args) % 2:
+        raise Bad("GENURLAUTH takes pairs of URL and mechanism")
+    user = ctx.session.user
+    rumps = []
+    for rump_token, mech in zip(args[0::2], args[1::2], strict=True):
+        if not isinstance(mech, Atom) or mech.upper() != MECHANISM:
+            raise Bad(f"Unsupported URLAUTH mechanism: {mech!s}")
+        text = _url_text(rump_token)
+        try:
+            url = parse_url(text)
+        except UrlError as exc:
+            raise Bad(f"Invalid URL: {exc}") from None
+        if not url.absolute:
+            raise Bad("Invalid URL: Relative URL not allowed")
+        if not url.has_urlauth or url.verifier is not None:
+            raise Bad("Invalid URL: Must be an URLAUTH rump URL")
+        if (url.user or "").lower() != user:
+            raise Bad(f"Not permitted to generate URLAUTH for user {url.user}")
+        rumps.append(url)
+    now = time.time()
+
+    def run():
+        out = []
+        for url in rumps:
+            if url.expire is not None and expired(url.expire, now):
+                raise Bad("URLAUTH has already expired")
+            try:
+                mailbox = ctx.store.mailbox(user, url.mailbox)
+            except NotFound:
+                raise Bad(f"Invalid URL: Mailbox doesn't exist: {url.mailbox}") from None
+            if url.uidvalidity is not None and url.uidvalidity != mailbox.uidvalidity:
+                raise Bad("Invalid URL: Invalid UIDVALIDITY")
+            if not [v for v in ctx.store.fetch(mailbox, [url.uid]) if v.uid == url.uid]:
+                raise Bad("Invalid URL: Message not found")
+            key = ctx.store.urlauth_key(user, mailbox, create=True)
+            out.append(f"{url.rump}:internal:{internal_verifier(key, url.rump)}")
+        return out
+    fulls = yield ctx.call(run)
+    ctx.untagged(b"GENURLAUTH " + b" ".join(astring(f) for f in fulls))
+    ctx.finish(b"OK", "GENURLAUTH completed")
+
+
+@command("RESETKEY", AUTH, SELECTED)
+@defer.inlineCallbacks
+def resetkey(ctx):
+    """RFC 4467 6.2: without arguments every key of the user goes; with a mailbox, its key is
+    replaced.  Either way the URLs made with the old keys stop working."""
+    name = None
+    if ctx.args:
+        name = decode_name(ctx.args[0])
+        for mech in ctx.args[1:]:
+            if not isinstance(mech, Atom) or mech.upper() != MECHANISM:
+                raise No("Unsupported URLAUTH mechanism")
+    user = ctx.session.user
+
+    def run():
+        try:
+            ctx.store.reset_urlauth_keys(user, name)
+        except NotFound:
+            raise No(f"Mailbox doesn't exist: {name}") from None
+    yield ctx.call(run)
+    if name is None:
+        ctx.finish(b"OK", "All keys removed")
+    else:
+        ctx.finish(b"OK", "Key reset", f"URLMECH {MECHANISM}")
+
+
+@command("URLFETCH", AUTH, SELECTED)
+@defer.inlineCallbacks
+def urlfetch(ctx):
+    """RFC 4467 6.3: the data of each URLAUTH-authorized URL, ``NIL`` where the URL does
+    not verify for this user (expired, revoked key, wrong access identifier, gone)."""
+    if not ctx.args:
+        raise Bad("URLFETCH takes URLs")
+    texts = [_url_text(token) for token in ctx.args]
+    user = ctx.session.user
+    submit_users = ctx.server.cfg["imap"]["urlauth_submit_users"]
+    now = time.time()
+
+    def run():
+        out = []
+        for text in texts:
+            try:
+                url = parse_url(text)
+                part = open_url(ctx.store, url, user, submit_users, now, plain_allowed=False)
+            except (UrlError, BadUrl):
+                out.append((text, None))
+                continue
+            # A URL part is bounded by the store's message size limit; the literal is
+            # assembled here as FETCH's small sections are (a submission server fetches
+            # parts of messages it then sends).
+            out.append((text, b"".join(part.chunks(raw=False))))
+        return out
+    results = yield ctx.call(run)
+    for text, data in results:
+        value = b"NIL" if data is None else b"{%d}\r\n" % len(data) + data
+        ctx.untagged(b"URLFETCH " + astring(text) + b" " + value)
+    ctx.finish(b"OK", "URLFETCH completed")
+
