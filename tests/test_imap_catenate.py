@@ -375,3 +375,23 @@ def test_capability_advertised(login):
     """RFC 4469 2: CATENATE in CAPABILITY."""
     c = login()
     assert b" CATENATE" in c.cmd("c", "CAPABILITY")[0]
+
+
+def test_literal8_text_and_replace_with_catenate(login):
+    """A TEXT part may be a literal8 (message data, RFC 3516 4.3; Dovecot takes it too);
+    REPLACE (RFC 8508) takes CATENATE's append-data like APPEND."""
+    c = login()
+    src = append(c, "INBOX", FORWARDED)
+    c.send(b"b APPEND Drafts CATENATE (TEXT ~{12+}\r\nX-Bin: a\x00b\r\n URL \"/INBOX/;UID=%d"
+           b"/;SECTION=TEXT\")\r\n" % src)
+    line = c.until_tagged("b")[-1]
+    assert line.startswith(b"b OK [APPENDUID"), line
+    assert c.cmd("s", "SELECT Drafts")[-1].startswith(b"s OK")
+    c.send(b"r UID REPLACE %d Drafts CATENATE (URL \"/INBOX/;UID=%d\" TEXT {4+}\r\nPS\r\n)\r\n"
+           % (new_uid(line), src))
+    lines = c.until_tagged("r")
+    assert lines[-1].startswith(b"r OK"), lines
+    replaced = int(re.search(rb"APPENDUID \d+ (\d+)", lines[0]).group(1))
+    c.cmd("u", "UNSELECT")
+    assert fetch_section(c, "Drafts", replaced, "") == FORWARDED + b"PS\r\n"
+    assert messages(c, "Drafts") == 1

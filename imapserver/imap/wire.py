@@ -80,10 +80,17 @@ _LITERAL8 = re.compile(rb"~\{[0-9]+\+?\}\Z")
 def _message_literal(stack: list[list]) -> bool:
     """Whether a literal arriving now would be an APPEND message: the only place RFC 3516
     (section 4.3, and RFC 4466's append-data) allows a literal8 in a command.  The mailbox
-    name (the first argument) may not be one."""
+    name (the first argument) may not be one.  A CATENATE TEXT part (RFC 4469 5) is message
+    data too, and takes a literal8 as Dovecot's does."""
     top = stack[0]
-    return (len(stack) == 1 and len(top) >= 3 and isinstance(top[1], str)
-            and top[1].upper() == "APPEND")
+    if not (len(top) >= 3 and isinstance(top[1], str) and top[1].upper() == "APPEND"):
+        return False
+    if len(stack) == 1:
+        return True
+    inner = stack[-1]
+    return (len(stack) == 2 and top[-1] is inner and isinstance(top[-2], Atom)
+            and top[-2].upper() == "CATENATE" and bool(inner) and isinstance(inner[-1], Atom)
+            and inner[-1].upper() == "TEXT")
 
 
 def _fold_section_literals(segments: list) -> list:
