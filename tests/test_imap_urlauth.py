@@ -254,3 +254,18 @@ def test_capability(sessions):
     """RFC 4467 2: URLAUTH is advertised."""
     caps = sessions("joe").cmd("c", "CAPABILITY")[0].split()
     assert b"URLAUTH" in caps and b"CATENATE" in caps
+
+
+def test_urlfetch_streams_a_big_part(sessions):
+    """URLFETCH of a part over 1 MiB (FETCH's streaming threshold) sends it read a chunk at a
+    time, octet for octet, then answers the next URL (RFC 4467 6.3's urlfetch-data)."""
+    from tests.mailgen import message
+    joe, ann = sessions("joe"), sessions("ann")
+    big = message(5, size=3 * 1024 * 1024 + 17)
+    joe.send(f"a APPEND INBOX {{{len(big)}+}}\r\n".encode() + big + b"\r\n")
+    uid = int(re.search(rb"APPENDUID \d+ (\d+)", joe.until_tagged("a")[-1]).group(1))
+    whole, text = generated(joe, f"imap://joe@localhost/INBOX/;UID={uid};URLAUTH=authuser",
+                            f"imap://joe@localhost/INBOX/;UID={uid}/;SECTION=TEXT/;PARTIAL=0.9"
+                            f";URLAUTH=authuser")
+    assert fetch(ann, whole, text, whole + "0") == [big, big.split(b"\r\n\r\n", 1)[1][:9],
+                                                    None]

@@ -162,15 +162,17 @@ class CatenatedSource(io.RawIOBase):
 
 
 def build_message(store, cat: Catenate, user: str, submit_users: list[str], now: float,
-                  limit: int):
+                  limit: int, check_quota: bool = True):
     """The message a CATENATE describes, ready for ``MailStore.append``: bytes when it fits
     in one content chunk, else a :class:`CatenatedSource` (the caller closes it).  NO
-    [BADURL] / [TOOBIG] / [OVERQUOTA] before anything is read or written."""
+    [BADURL] / [TOOBIG] / [OVERQUOTA] before anything is read or written.  ``check_quota``
+    False leaves the quota to the store call (REPLACE credits the message it replaces)."""
     checked = check_parts(store, cat, user, submit_users, now)
     size = sum(s for _k, _s, s in checked)
     if size > limit:
         raise No(f"Message larger than {limit} octets", "TOOBIG")
-    store.check_quota(user, size, 1)
+    if check_quota:
+        store.check_quota(user, size, 1)
     source = CatenatedSource(checked)
     if size <= store.content.chunk_size:
         try:

@@ -176,14 +176,14 @@ def close_all(items: list) -> None:
             close_message(item)
 
 
-def assemble(ctx, message):
+def assemble(ctx, message, check_quota: bool = True):
     """The message to store for an append-message: itself, or a CATENATE built (RFC 4469).
     Runs in the thread pool; NO [BADURL] / [TOOBIG] / [OVERQUOTA] as build_message says."""
     if not isinstance(message, Catenate):
         return message
     return build_message(ctx.store, message, ctx.session.user,
                          ctx.server.cfg["imap"]["urlauth_submit_users"], time.time(),
-                         ctx.session.append_limit())
+                         ctx.session.append_limit(), check_quota)
 
 
 def _writable(ctx):

@@ -64,7 +64,9 @@ def replace_command(ctx, uid_mode: bool):
             # A UID this session does not hold is asked of the store too: it may have come
             # since the last refresh; if it is not there, Expunged (NO [EXPUNGEISSUED]).
             uid = old_uid if old_uid is not None else int(str(token))
-            source = assemble(ctx, message)  # RFC 8508 takes CATENATE append-data too
+            # RFC 8508 takes CATENATE's append-data too; the quota is the store's to check,
+            # with the replaced message credited.
+            source = assemble(ctx, message, check_quota=False)
             try:
                 return target, uid, ctx.store.replace(selected.mailbox, uid, target, source,
                                                       flags, date)

@@ -21,6 +21,7 @@ fetch what is :mod:`imapserver.imap.urlparts`.
 
 from __future__ import annotations
 
+import itertools
 import time
 
 from twisted.internet import defer
@@ -33,6 +34,7 @@ from ..imapurl import UrlError, parse_url
 from ..names import decode_name
 from ..urlparts import BadUrl, expired, open_url
 from ..wire import Atom, as_text, astring
+from .fetch import STREAM_ABOVE, _next_chunk
 
 MECHANISM = "INTERNAL"
 
@@ -135,16 +137,53 @@ def urlfetch(ctx):
                 url = parse_url(text)
                 part = open_url(ctx.store, url, user, submit_users, now, plain_allowed=False)
             except (UrlError, BadUrl):
-                out.append((text, None))
+                out.append((text, None, None))
                 continue
-            # A URL part is bounded by the store's message size limit; the literal is
-            # assembled here as FETCH's small sections are (a submission server fetches
-            # parts of messages it then sends).
-            out.append((text, b"".join(part.chunks(raw=False))))
+            chunks = part.chunks(raw=False)  # NUL as 0x80: this is a literal (RFC 3501 4.3)
+            if part.length <= STREAM_ABOVE:
+                out.append((text, part.length, b"".join(chunks)))
+            else:
+                # Read as it is sent, a chunk at a time, as FETCH streams big sections.  The
+                # first chunk now: content gone is found while the command can still say so.
+                first = next(chunks, None)
+                out.append((text, part.length,
+                            itertools.chain(() if first is None else (first,), chunks)))
         return out
     results = yield ctx.call(run)
-    for text, data in results:
-        value = b"NIL" if data is None else b"{%d}\r\n" % len(data) + data
-        ctx.untagged(b"URLFETCH " + astring(text) + b" " + value)
+    for text, length, data in results:
+        head = b"URLFETCH " + astring(text) + b" "
+        if length is None:
+            ctx.untagged(head + b"NIL")
+        elif isinstance(data, bytes):
+            ctx.untagged(head + b"{%d}\r\n" % length + data)
+        else:
+            yield _stream(ctx, b"* " + head + b"{%d}\r\n" % length, length, data)
     ctx.finish(b"OK", "URLFETCH completed")
 
+
+
+@defer.inlineCallbacks
+def _stream(ctx, head: bytes, length: int, chunks):
+    """One URLFETCH literal over FETCH's streaming threshold, written as it is read; waits
+    for the client to read between chunks.  A literal cut short cuts the connection (as
+    FETCH's _stream explains: its octet count is already promised)."""
+    conn = ctx.conn
+    ctx.flush()
+    try:
+        conn.write_raw([head])
+        conn.streaming = True
+        sent = 0
+        while sent < length:
+            chunk = yield ctx.call(_next_chunk, chunks)
+            if chunk is None:
+                raise OSError("message ended early")
+            if conn.closed or conn.closing:
+                return
+            conn.write_raw([chunk])
+            sent += len(chunk)
+            yield conn.wait_writable()
+        conn.streaming = False
+        conn.write_raw([b"\r\n"])
+    except Exception as exc:
+        conn.cut(f"URLFETCH literal cut short: {exc}")
+        raise
