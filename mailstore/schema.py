@@ -237,7 +237,7 @@ CHANGES = TableDef(
 
 URLAUTH_KEYS = TableDef(
     name="JAMES_URLAUTH_KEYS",
-    purpose="URLAUTH mailbox access keys (RFC 4467 3, 7), one per user and mailbox; a URL is "
+    purpose="URLAUTH mailbox access keys (RFC 4467 3.2, 3.4.1), one per user and mailbox; a URL is "
             "honoured only while the key it was made with is here "
             "(docs/decisions/0020-urlauth-keys.md).",
     row_key="user name UTF-8, NUL, 16-byte mailbox UUID",

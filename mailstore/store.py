@@ -606,7 +606,7 @@ class MailStore:
     # -- URLAUTH (RFC 4467) -------------------------------------------------------------------
 
     def urlauth_key(self, user: str, mailbox: Mailbox, create: bool = False) -> bytes | None:
-        """``user``'s URLAUTH access key for ``mailbox`` (RFC 4467 3): made now with
+        """``user``'s URLAUTH access key for ``mailbox`` (RFC 4467 3.2): made now with
         ``create`` (GENURLAUTH), else None when there is none (URLFETCH: the URL is dead)."""
         if create:
             key = self.urlauth.get_or_create(user, mailbox.id)
@@ -616,7 +616,7 @@ class MailStore:
 
     @durable
     def reset_urlauth_keys(self, user: str, mailbox_name: str | None = None) -> None:
-        """RESETKEY (RFC 4467 6.2): a new key for ``user``'s mailbox ``mailbox_name``, or with
+        """RESETKEY (RFC 4467 7.1): a new key for ``user``'s mailbox ``mailbox_name``, or with
         None no key for any mailbox; either way every URL made before is revoked.  NotFound
         for a mailbox that does not exist."""
         if mailbox_name is None:

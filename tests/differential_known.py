@@ -761,7 +761,7 @@ def _mask_verifiers(tokens: list) -> bool:
 
 
 @deliberate("urlauth-verifier",
-            "The verifier of a URLAUTH URL (RFC 4467 7, INTERNAL) is an HMAC under each "
+            "The verifier of a URLAUTH URL (RFC 4467 3.4.1, INTERNAL) is an HMAC under each "
             "server's own random mailbox key, so the two can never be equal (Dovecot's also "
             "starts with a version octet: 42 hex digits to our 40; enc-urlauth is 32*HEXDIG). "
             "Verifiers in GENURLAUTH and URLFETCH responses read '<verifier>' on both sides; "
@@ -778,7 +778,7 @@ def _urlauth_verifier(ours: Event, dovecot: Event) -> bool:
 
 @deliberate("dovecot-urlfetch-notice",
             "URLFETCH of a URL that does not verify: both answer '* URLFETCH url NIL' (RFC "
-            "4467 6.3); Dovecot adds an untagged NO saying why, which we do not (the reason "
+            "4467 7.3); Dovecot adds an untagged NO saying why, which we do not (the reason "
             "would tell a fetcher which part of someone else's URL was wrong). Dovecot's "
             "untagged NO responses to URLFETCH are removed.")
 def _dovecot_urlfetch_notice(ours: Event, dovecot: Event) -> bool:

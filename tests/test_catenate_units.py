@@ -143,5 +143,5 @@ def test_open_url_refuses_what_is_not_there(store):
     part = open_url(store, parse_url(f"imap://joe@h/INBOX;UIDVALIDITY={validity}/;UID={uid}"
                                      f"/;SECTION=1"), "joe", [], 0.0, plain_allowed=True)
     assert part.length == len(b"Body of message 3.\r\n")
-    with pytest.raises(BadUrl):  # URLFETCH takes URLAUTH URLs only (RFC 4467 6.3)
+    with pytest.raises(BadUrl):  # URLFETCH takes URLAUTH URLs only (RFC 4467 7.3)
         open_url(store, parse_url(f"/INBOX/;UID={uid}"), "joe", [], 0.0, plain_allowed=False)

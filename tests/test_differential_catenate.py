@@ -9,7 +9,7 @@ MECH_SEC_PRIVATE) != 0)``) -- so access identifiers, submit+ and CATENATE with a
 URLAUTH URL are judged by RFC 4467/4469 in tests/test_imap_urlauth.py instead (see
 docs/differential.md).  Each script runs on one account, as the harness's do.
 
-Verifiers are each server's own secret (RFC 4467 7; Dovecot's also carry a version octet):
+Verifiers are each server's own secret (RFC 4467 3.4.1; Dovecot's also carry a version octet):
 they read ``<verifier>`` on both sides, and a URL a server made is sent back to that same
 server (``Recall``).
 """

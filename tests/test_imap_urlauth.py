@@ -1,11 +1,12 @@
 """URLAUTH (RFC 4467) transcript tests: GENURLAUTH, URLFETCH, RESETKEY, and URLAUTH URLs in
 CATENATE (RFC 4469 3, 5).
 
-RFC 4467 9's example is played as written, with our host and UIDs: joe makes a URL for part
-1.2 of a message that only the submission server "fred" may fetch, and fred fetches "Si vis
-pacem, para bellum." with it.  The other tests take each rule of sections 3, 6 and 7 in turn:
-access identifiers, EXPIRE, a key reset revoking URLs, a tampered URL, a message or mailbox
-gone.  tests/test_differential_catenate.py compares what Dovecot can be asked (its
+RFC 4467's example (7.2 GENURLAUTH, 7.3 URLFETCH) is played as written, with our host and
+UIDs: joe makes a URL for part 1.2 of a message that only the submission server "fred" may
+fetch, and fred fetches "Si vis pacem, para bellum." with it.  The other tests take each rule
+in turn: access identifiers (3.3), the INTERNAL mechanism (3.4.1), EXPIRE (4), validation
+(6), a key reset revoking URLs (7.1), a tampered URL, a message or mailbox gone.
+tests/test_differential_catenate.py compares what Dovecot can be asked (its
 cross-user URLFETCH crashes in Debian's 2.3.19; see docs/differential.md).
 """
 
@@ -17,7 +18,7 @@ import pytest
 
 from tests.imapproc import Client, ServerProcess, make_users
 
-# RFC 4467 9: part 1.2 of the message is the quotation.
+# RFC 4467 7.2, 7.3: part 1.2 of the message is the quotation.
 MESSAGE = (b"From: joe@example.com\r\nTo: fred@example.com\r\nSubject: a quotation\r\n"
            b"MIME-Version: 1.0\r\nContent-Type: multipart/mixed; boundary=out\r\n\r\n"
            b"--out\r\nContent-Type: multipart/alternative; boundary=in\r\n\r\n"
@@ -107,7 +108,7 @@ def _astring(url: str) -> bytes:
 
 
 def test_rfc4467_example(sessions, source):
-    """RFC 4467 9: joe's GENURLAUTH for ``submit+fred`` gives a ``:internal:`` URL; fred, a
+    """RFC 4467 7.2, 7.3: joe's GENURLAUTH for ``submit+fred`` gives a ``:internal:`` URL; fred, a
     submission server (``urlauth_submit_users``), URLFETCHes part 1.2 with it.  Nobody else
     may, not even joe (RFC 4467 3: submit+ is for the submission entity)."""
     box, uid, _v = source
@@ -134,7 +135,7 @@ def test_access_identifiers(sessions, source):
 
 
 def test_resetkey_revokes(sessions, source):
-    """RFC 4467 6.2: RESETKEY mailbox gives it a new key (URLs made before stop working,
+    """RFC 4467 7.1: RESETKEY mailbox gives it a new key (URLs made before stop working,
     new ones work; [URLMECH INTERNAL]); RESETKEY alone removes every key of the user."""
     box, uid, _v = source
     joe, ann = sessions("joe"), sessions("ann")
@@ -155,9 +156,9 @@ def test_resetkey_revokes(sessions, source):
 
 
 def test_tampered_expired_and_gone(sessions, source):
-    """A URL verifies only exactly as made (RFC 4467 7: the verifier covers the whole rump),
+    """A URL verifies only exactly as made (RFC 4467 3.4.1: the verifier covers the whole rump),
     before its EXPIRE (3), while its message and mailbox exist; otherwise URLFETCH says NIL
-    for it and still answers the others (6.3)."""
+    for it and still answers the others (7.3)."""
     box, uid, v = source
     joe, ann = sessions("joe"), sessions("ann")
     base = f"imap://joe@localhost/{box};UIDVALIDITY={v}/;UID={uid}"
@@ -207,7 +208,7 @@ def test_mailbox_recreated_is_not_the_same(sessions, source):
     ("imap://joe@localhost/{box}/;UID={uid};URLAUTH=nobody", "INTERNAL"),  # access
 ])
 def test_genurlauth_refusals(sessions, source, rump, mech):
-    """RFC 4467 6.1: only the session's own user's URLs, absolute, naming a message that
+    """RFC 4467 7.2: only the session's own user's URLs, absolute, naming a message that
     exists, with a URLAUTH access identifier and no verifier yet, for INTERNAL; BAD otherwise
     (as Dovecot answers)."""
     box, uid, _v = source
@@ -216,7 +217,7 @@ def test_genurlauth_refusals(sessions, source, rump, mech):
 
 
 def test_resetkey_refusals(sessions):
-    """RFC 4467 6.2: an unknown mechanism or mailbox is NO."""
+    """RFC 4467 7.1: an unknown mechanism or mailbox is NO."""
     joe = sessions("joe")
     assert joe.cmd("r", "RESETKEY INBOX FOO")[-1].startswith(b"r NO")
     assert joe.cmd("r", "RESETKEY Nope")[-1].startswith(b"r NO")
@@ -258,7 +259,7 @@ def test_capability(sessions):
 
 def test_urlfetch_streams_a_big_part(sessions):
     """URLFETCH of a part over 1 MiB (FETCH's streaming threshold) sends it read a chunk at a
-    time, octet for octet, then answers the next URL (RFC 4467 6.3's urlfetch-data)."""
+    time, octet for octet, then answers the next URL (RFC 4467 7.3's urlfetch-data)."""
     from tests.mailgen import message
     joe, ann = sessions("joe"), sessions("ann")
     big = message(5, size=3 * 1024 * 1024 + 17)

@@ -1,4 +1,4 @@
-"""URLAUTH mailbox access keys in the store (RFC 4467 3, 6.2, 7), on both backends.
+"""URLAUTH mailbox access keys in the store (RFC 4467 3.2, 7.1, 3.4.1), on both backends.
 
 A URL is honoured only while the key it was made with exists: RESETKEY of a mailbox replaces
 the key, RESETKEY without one removes them all, and a mailbox deleted and created again has
@@ -24,12 +24,12 @@ def store(backend):
 
 
 def test_key_made_once_and_kept(store):
-    """RFC 4467 6.1: GENURLAUTH makes the mailbox key when there is none; later calls and
+    """RFC 4467 7.2: GENURLAUTH makes the mailbox key when there is none; later calls and
     other readers see the same key (a URL verifies until RESETKEY)."""
     inbox = store.mailbox("joe", "INBOX")
     assert store.urlauth_key("joe", inbox) is None
     key = store.urlauth_key("joe", inbox, create=True)
-    assert len(key) >= 16  # RFC 4467 7: at least 128 bits
+    assert len(key) >= 16  # RFC 4467 3.4.1: at least 128 bits
     assert store.urlauth_key("joe", inbox, create=True) == key
     assert store.urlauth_key("joe", inbox) == key
     # Per user and per mailbox.
@@ -38,7 +38,7 @@ def test_key_made_once_and_kept(store):
 
 
 def test_resetkey_mailbox_replaces_only_that_key(store):
-    """RFC 4467 6.2: RESETKEY mailbox gives the mailbox a new key (old URLs die)."""
+    """RFC 4467 7.1: RESETKEY mailbox gives the mailbox a new key (old URLs die)."""
     inbox, drafts = store.mailbox("joe", "INBOX"), store.mailbox("joe", "Notes")
     k1 = store.urlauth_key("joe", inbox, create=True)
     k2 = store.urlauth_key("joe", drafts, create=True)
@@ -51,7 +51,7 @@ def test_resetkey_mailbox_replaces_only_that_key(store):
 
 
 def test_resetkey_all_removes_every_key_of_the_user_only(store):
-    """RFC 4467 6.2: RESETKEY without arguments removes all of the user's keys."""
+    """RFC 4467 7.1: RESETKEY without arguments removes all of the user's keys."""
     store.create_mailbox("fred", "Stuff")
     store.urlauth_key("joe", store.mailbox("joe", "INBOX"), create=True)
     store.urlauth_key("joe", store.mailbox("joe", "Notes"), create=True)
@@ -81,7 +81,7 @@ def test_delete_user_drops_keys(store):
 
 
 def test_internal_verifier_is_hmac_sha1():
-    """RFC 4467 7 recommends HMAC-SHA1 (RFC 2104) for INTERNAL: checked against RFC 2202's
+    """RFC 4467 3.4.1 recommends HMAC-SHA1 (RFC 2104) for INTERNAL: checked against RFC 2202's
     test case 2 (key "Jefe")."""
     assert internal_verifier(b"Jefe", "what do ya want for nothing?") == \
         "effcdf6ae5eb2fa2d27416d5f184df9c259a7c79"

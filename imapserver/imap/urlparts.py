@@ -1,7 +1,7 @@
 """What an IMAP URL names, for whom: the message data of CATENATE (RFC 4469) and URLFETCH (RFC
 4467), checked and then read in chunks.
 
-Who may read what (RFC 4469 3 and 5, RFC 4467 3, 6.3):
+Who may read what (RFC 4469 3 and 5, RFC 4467 3.3, 6, 7.3):
 
 * a URL **without URLAUTH** is read with the session's own rights: a relative URL names one of
   the user's mailboxes, an absolute one must name the session's user (RFC 4469 5: the server
@@ -76,7 +76,7 @@ class UrlPart:
 
 def check_urlauth(store, url: ImapUrl, session_user: str, submit_users: list[str],
                   now: float) -> Mailbox:
-    """The mailbox a URLAUTH-authorized URL opens to ``session_user`` (RFC 4467 3, 6.3, 7);
+    """The mailbox a URLAUTH-authorized URL opens to ``session_user`` (RFC 4467 3.3, 6, 3.4.1);
     BadUrl when it opens nothing."""
     if not (url.absolute and url.user and url.has_urlauth and url.verifier):
         raise BadUrl("not a URLAUTH-authorized URL")
@@ -97,7 +97,7 @@ def check_urlauth(store, url: ImapUrl, session_user: str, submit_users: list[str
 
 def open_url(store, url: ImapUrl, session_user: str, submit_users: list[str], now: float,
              *, plain_allowed: bool) -> UrlPart:
-    """Check ``url`` and work out its octets (RFC 4469 3 for CATENATE, RFC 4467 6.3 for
+    """Check ``url`` and work out its octets (RFC 4469 3 for CATENATE, RFC 4467 7.3 for
     URLFETCH).  ``plain_allowed``: a URL without URLAUTH may name the session's own mail
     (CATENATE); URLFETCH takes only URLAUTH-authorized URLs."""
     if url.has_urlauth:

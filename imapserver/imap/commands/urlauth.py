@@ -1,21 +1,21 @@
 """URLAUTH (RFC 4467): URLs that carry their own authorization to parts of a user's mail.
 
-    genurlauth      = "GENURLAUTH" 1*(SP url-rump SP mechanism)       ; RFC 4467 6.1 / 9
+    genurlauth      = "GENURLAUTH" 1*(SP url-rump SP mechanism)       ; RFC 4467 7.2, 9
     genurlauth-data = "*" SP "GENURLAUTH" 1*(SP url-full)
-    resetkey        = "RESETKEY" [SP mailbox *(SP mechanism)]          ; 6.2
-    urlfetch        = "URLFETCH" 1*(SP url-full)                      ; 6.3
+    resetkey        = "RESETKEY" [SP mailbox *(SP mechanism)]          ; 7.1
+    urlfetch        = "URLFETCH" 1*(SP url-full)                      ; 7.3
     urlfetch-data   = "*" SP "URLFETCH" 1*(SP url-full SP nstring)
     url-rump        = astring   ; an absolute IMAP URL ending ";URLAUTH=" access
     url-full        = astring   ; url-rump ":" mechanism ":" verifier
     mechanism       = "INTERNAL" / 1*(ALPHA / DIGIT / "-" / ".")
     resp-text-code  =/ "URLMECH" SP "INTERNAL"
 
-Only the ``INTERNAL`` mechanism exists (RFC 4467 7: HMAC-SHA1 of the rump under the user's key
+Only the ``INTERNAL`` mechanism exists (RFC 4467 3.4.1: HMAC-SHA1 of the rump under the user's key
 for the mailbox, :mod:`mailstore.urlauth`).  Answers follow Dovecot 2.3 where RFC 4467 leaves
 them open: a rump that is malformed, relative, another user's, or names a mailbox, UIDVALIDITY
 or message that is not there is BAD; GENURLAUTH answers all its URLs in one untagged response;
 URLFETCH answers each URL in its own untagged response, ``NIL`` for one that does not verify
-(6.3: no error for the command); RESETKEY of a mailbox says ``[URLMECH INTERNAL]``.  Who may
+(7.3: no error for the command); RESETKEY of a mailbox says ``[URLMECH INTERNAL]``.  Who may
 fetch what is :mod:`imapserver.imap.urlparts`.
 """
 
@@ -48,7 +48,7 @@ def _url_text(token) -> str:
 @command("GENURLAUTH", AUTH, SELECTED)
 @defer.inlineCallbacks
 def genurlauth(ctx):
-    """RFC 4467 6.1: a verifier for each rump, made with the user's key for its mailbox (the
+    """RFC 4467 7.2: a verifier for each rump, made with the user's key for its mailbox (the
     key is made on first use)."""
     args = ctx.args
     if not args or len(args) % 2:
@@ -96,7 +96,7 @@ def genurlauth(ctx):
 @command("RESETKEY", AUTH, SELECTED)
 @defer.inlineCallbacks
 def resetkey(ctx):
-    """RFC 4467 6.2: without arguments every key of the user goes; with a mailbox, its key is
+    """RFC 4467 7.1: without arguments every key of the user goes; with a mailbox, its key is
     replaced.  Either way the URLs made with the old keys stop working."""
     name = None
     if ctx.args:
@@ -121,7 +121,7 @@ def resetkey(ctx):
 @command("URLFETCH", AUTH, SELECTED)
 @defer.inlineCallbacks
 def urlfetch(ctx):
-    """RFC 4467 6.3: the data of each URLAUTH-authorized URL, ``NIL`` where the URL does
+    """RFC 4467 7.3: the data of each URLAUTH-authorized URL, ``NIL`` where the URL does
     not verify for this user (expired, revoked key, wrong access identifier, gone)."""
     if not ctx.args:
         raise Bad("URLFETCH takes URLs")
