@@ -789,3 +789,26 @@ def _dovecot_urlfetch_notice(ours: Event, dovecot: Event) -> bool:
         return False
     dovecot.responses[:] = kept
     return True
+
+
+def _urlmech_code(r: Response) -> bool:
+    return r.kind == "status" and bool(r.code) and word(r.code[0]) == b"URLMECH"
+
+
+@deliberate("urlmech-at-select",
+            "At SELECT/EXAMINE we send '* OK [URLMECH INTERNAL]', the URLAUTH mechanisms of the "
+            "mailbox (RFC 4467 8.1: returned in an untagged OK to SELECT and EXAMINE; Cyrus "
+            "sends it too); Dovecot 2.3 does not, even with URLAUTH configured. Ours is removed "
+            "where Dovecot's SELECT/EXAMINE has none. Applied to every script.")
+def _urlmech_at_select(ours: Event, dovecot: Event) -> bool:
+    parts = [c.split()[:2] for c in ours.sent.split(PIPELINE_SEPARATOR)]
+    if not any(len(w) == 2 and w[1].upper() in ("SELECT", "EXAMINE") for w in parts):
+        return False
+    if any(_urlmech_code(r) for r in dovecot.responses):
+        return False
+    before = len(ours.responses)
+    ours.responses[:] = [r for r in ours.responses if not _urlmech_code(r)]
+    return len(ours.responses) != before
+
+
+ALWAYS.append("urlmech-at-select")

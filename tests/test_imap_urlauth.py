@@ -270,3 +270,12 @@ def test_urlfetch_streams_a_big_part(sessions):
                             f";URLAUTH=authuser")
     assert fetch(ann, whole, text, whole + "0") == [big, big.split(b"\r\n\r\n", 1)[1][:9],
                                                     None]
+
+
+def test_urlmech_at_select(sessions):
+    """RFC 4467 8.1: SELECT and EXAMINE say which URLAUTH mechanisms the mailbox takes."""
+    joe = sessions("joe")
+    for verb in ("SELECT", "EXAMINE"):
+        lines = joe.cmd("s", f"{verb} INBOX")
+        assert b"* OK [URLMECH INTERNAL] URLAUTH mechanisms" in lines, lines
+    joe.cmd("u", "UNSELECT")

@@ -24,7 +24,7 @@ from __future__ import annotations
 import io
 import os
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from .context import Bad, No
 from .imapurl import ImapUrl, UrlError, parse_url, resp_text
@@ -86,7 +86,6 @@ def parse_catenate(items, selected: tuple[str, int] | None) -> Catenate:
 
 def _with_uidvalidity(url: ImapUrl, validity: int) -> ImapUrl:
     """A ``;UID=`` URL is relative to the selected mailbox's URL, UIDVALIDITY included."""
-    from dataclasses import replace
     return replace(url, uidvalidity=validity)
 
 
