@@ -107,6 +107,14 @@ SCRIPTS = [
         # Last: Dovecot answers an untagged BAD to the next command after this one.
         ("A", "APPEND Drafts CATENATE (TEXT \"quoted\")"),
     ]),
+    Script("catenate-bad-url-before-literal", [
+        *seeded(),
+        # RFC 4469 3: a bad URL before a synchronizing TEXT literal; Dovecot refuses at that
+        # literal, we once the command is in (refuse-after-literal); nothing is appended.
+        ("A", ("APPEND Drafts CATENATE (URL \"/Drafts/;UID=9\" TEXT ", lit(b"ab\r\n"),
+               " URL \"/Drafts/;UID=1\")")),
+        ("A", "STATUS Drafts (MESSAGES)"),
+    ], deliberate=("refuse-after-literal",)),
     Script("catenate-section-must-exist", [
         *seeded(),
         ("A", "APPEND Drafts CATENATE (URL \"/Drafts/;UID=1/;SECTION=7\")"),
