@@ -279,3 +279,24 @@ def test_urlmech_at_select(sessions):
         lines = joe.cmd("s", f"{verb} INBOX")
         assert b"* OK [URLMECH INTERNAL] URLAUTH mechanisms" in lines, lines
     joe.cmd("u", "UNSELECT")
+
+
+@pytest.mark.parametrize("command", [
+    "URLFETCH (a b)", "URLFETCH NIL", 'URLFETCH "imap://joe@h/INBOX/;UID=1;URLAUTH=x:y:z"',
+    "GENURLAUTH \"imap://joe@h/INBOX/;UID=1;URLAUTH=anonymous\"", "GENURLAUTH (x) INTERNAL",
+    'GENURLAUTH "imap://joe@h/%FF/;UID=1;URLAUTH=anonymous" INTERNAL',
+    'GENURLAUTH "imap://joe@h/INBOX/;UID=1;EXPIRE=2030-13-45T99:99:99Z;URLAUTH=anonymous" '
+    'INTERNAL', "RESETKEY (INBOX)", "RESETKEY INBOX (INTERNAL)",
+    'APPEND Drafts CATENATE ((TEXT "x"))', "APPEND Drafts CATENATE (URL (x))",
+    'APPEND Drafts CATENATE (URL "/INBOX/;UID=1/;SECTION=HEADER.FIELDS%20(")',
+    'APPEND Drafts CATENATE (URL "/INBOX/;UID=1/;PARTIAL=99999999999999999999")',
+    'APPEND Drafts CATENATE (URL "imap://joe@h/INBOX/;UID=1;EXPIRE=2030-13-45T99:99:99Z'
+    ';URLAUTH=anonymous:internal:' + "0" * 40 + '")',
+])
+def test_garbage_gets_an_answer(sessions, command):
+    """Malformed URLAUTH and CATENATE arguments are answered (BAD, NO, or NIL data), never a
+    traceback (the server fixture checks its log), and the session goes on."""
+    joe = sessions("joe")
+    line = joe.cmd("g", command)[-1]
+    assert re.match(rb"g (OK|NO|BAD) ", line), line
+    assert joe.cmd("n", "NOOP")[-1].startswith(b"n OK")
