@@ -19,7 +19,6 @@ from __future__ import annotations
 import calendar
 import datetime
 import re
-import time
 
 from twisted.internet import defer
 
@@ -182,7 +181,7 @@ def assemble(ctx, message, check_quota: bool = True):
     if not isinstance(message, Catenate):
         return message
     return build_message(ctx.store, message, ctx.session.user,
-                         ctx.server.cfg["imap"]["urlauth_submit_users"], time.time(),
+                         ctx.server.cfg["imap"]["urlauth_submit_users"], ctx.store.clock(),
                          ctx.session.append_limit(), check_quota)
 
 

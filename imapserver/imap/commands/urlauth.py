@@ -22,7 +22,6 @@ fetch what is :mod:`imapserver.imap.urlparts`.
 from __future__ import annotations
 
 import itertools
-import time
 
 from twisted.internet import defer
 
@@ -70,7 +69,7 @@ def genurlauth(ctx):
         if (url.user or "").lower() != user:
             raise Bad(f"Not permitted to generate URLAUTH for user {url.user}")
         rumps.append(url)
-    now = time.time()
+    now = ctx.store.clock()
 
     def run():
         out = []
@@ -128,7 +127,7 @@ def urlfetch(ctx):
     texts = [_url_text(token) for token in ctx.args]
     user = ctx.session.user
     submit_users = ctx.server.cfg["imap"]["urlauth_submit_users"]
-    now = time.time()
+    now = ctx.store.clock()
 
     def run():
         out = []
