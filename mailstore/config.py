@@ -109,6 +109,8 @@ SCHEMA: dict[str, dict[str, Key]] = {
         "metadata_max_entries": Key(_int_range(1, 100000), 100),
         "metadata_max_user_size": Key(_int_range(1, 2**40), 1024 * 1024),
         "metadata_admin": Key(str, ""),
+        "urlauth_submit_users": Key(lambda t: [u.strip().lower() for u in t.split(",")
+                                               if u.strip()], []),
     },
     "delivery": {
         "host": Key(str, "127.0.0.1"),

@@ -207,3 +207,15 @@ def metadata_key(mailbox_id: bytes | None, private_user: str | None) -> bytes:
     if len(base) != UUID_LEN:
         raise ValueError("mailbox id must be 16 bytes")
     return base + (b"s" if private_user is None else b"p" + private_user.encode())
+# -- JAMES_URLAUTH_KEYS: user NUL mailbox uuid ---------------------------------------------------
+
+def urlauth_key(user: str, mailbox_id: bytes) -> bytes:
+    """Row of ``user``'s URLAUTH access key for one mailbox (RFC 4467 3)."""
+    if len(mailbox_id) != UUID_LEN:
+        raise ValueError("mailbox id must be 16 bytes")
+    return user.encode() + SEP + mailbox_id
+
+
+def urlauth_user_prefix(user: str) -> bytes:
+    """Prefix of every URLAUTH key row of ``user`` (RESETKEY without a mailbox)."""
+    return user.encode() + SEP

@@ -281,8 +281,21 @@ METADATA = TableDef(
     split="uniform",
 )
 
+URLAUTH_KEYS = TableDef(
+    name="JAMES_URLAUTH_KEYS",
+    purpose="URLAUTH mailbox access keys (RFC 4467 3.2, 3.4.1), one per user and mailbox; a URL is "
+            "honoured only while the key it was made with is here "
+            "(docs/decisions/0020-urlauth-keys.md).",
+    row_key="user name UTF-8, NUL, 16-byte mailbox UUID",
+    families={"k": "k:internal = the INTERNAL mechanism's secret (32 random bytes; made by "
+                   "check-and-put on first GENURLAUTH, replaced by RESETKEY mailbox)"},
+    access="one get per GENURLAUTH, URLFETCH and URLAUTH URL in CATENATE; prefix scan by user "
+           "and row deletes for RESETKEY without a mailbox and for user deletion",
+)
+
 TABLES: tuple[TableDef, ...] = (MAILBOXES, MAILBOX_INDEX, MESSAGES, CONTENT, SUBSCRIPTIONS,
-                                USERS, INTENTS, IMPORTS, CHANGES, OUTBOX, METADATA)
+                                USERS, INTENTS, IMPORTS, CHANGES, OUTBOX, METADATA,
+                                URLAUTH_KEYS)
 
 
 SPLIT_ALGORITHMS = {"uniform": "UniformSplit", "hex": "HexStringSplit"}

@@ -47,6 +47,7 @@ from .records import COMMITTED, DELETING, MOVING, Flags, MessageRecord, state_of
 from .schema import IMPORTS, INTENTS, OUTBOX, Layout, create_schema
 from .sortcache import MessageKeys, SortKeyCache
 from .transfers import Transfers
+from .urlauth import UrlauthKeys
 from .users import (
     METADATA_GENERATION,
     NAMES_GENERATION,
@@ -118,6 +119,7 @@ class MailStore:
         self.sort_cache = SortKeyCache(self.messages)
         self.metadata = Metadata(backend)
         self.annotations = Annotations(self.metadata, self.mailboxes)
+        self.urlauth = UrlauthKeys(backend)
         self._chunk_size = chunk_size
 
     @functools.cached_property
@@ -203,6 +205,7 @@ class MailStore:
             self._delete_mailbox(mailbox)
         self.mailboxes.drop_subscriptions(user)
         self.metadata.drop_user(user)
+        self.urlauth.reset_all(user)
         self.users.delete_row(user)
 
     # -- mailboxes ------------------------------------------------------------------------------
@@ -296,6 +299,7 @@ class MailStore:
             self.transfers.intents.delete(key)
         self._drop_import_records(mailbox.id)
         self.metadata.drop_mailbox(mailbox.id)  # RFC 5464 3.1: annotations go with it
+        self.urlauth.drop(mailbox.owner, mailbox.id)
         self.changes.drop(mailbox.id)
         self.indexes.forget(mailbox.id)
         self.mailboxes.remove_row(mailbox.id)
@@ -685,6 +689,27 @@ class MailStore:
         return self.transfers.move(source, uids, target)
 
     # -- administration (mailadmin) --------------------------------------------------------------
+
+    # -- URLAUTH (RFC 4467) -------------------------------------------------------------------
+
+    def urlauth_key(self, user: str, mailbox: Mailbox, create: bool = False) -> bytes | None:
+        """``user``'s URLAUTH access key for ``mailbox`` (RFC 4467 3.2): made now with
+        ``create`` (GENURLAUTH), else None when there is none (URLFETCH: the URL is dead)."""
+        if create:
+            key = self.urlauth.get_or_create(user, mailbox.id)
+            self.backend.sync()
+            return key
+        return self.urlauth.get(user, mailbox.id)
+
+    @durable
+    def reset_urlauth_keys(self, user: str, mailbox_name: str | None = None) -> None:
+        """RESETKEY (RFC 4467 7.1): a new key for ``user``'s mailbox ``mailbox_name``, or with
+        None no key for any mailbox; either way every URL made before is revoked.  NotFound
+        for a mailbox that does not exist."""
+        if mailbox_name is None:
+            self.urlauth.reset_all(user)
+        else:
+            self.urlauth.reset(user, self.mailboxes.get(user, mailbox_name).id)
 
     @durable
     def set_password(self, user: str, password: str) -> None:

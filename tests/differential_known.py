@@ -806,3 +806,111 @@ def _notify_own_changes(ours: Event, dovecot: Event) -> bool:
         return False
     dovecot.responses[:] = kept
     return True
+# -- CATENATE and URLAUTH (tests/test_differential_catenate.py) -------------------------------
+
+def _tagged_code(event: Event) -> tuple[bytes, bytes]:
+    tagged = _tagged(event)
+    if tagged is None:
+        return b"", b""
+    return tagged.status, word(tagged.code[0]) if tagged.code else b""
+
+
+@deliberate("catenate-unknown-section",
+            "A CATENATE URL naming a section the message does not have (SECTION=7 of a "
+            "two-part message, n.HEADER of a part that is no message/rfc822) is NO [BADURL "
+            "url] here: RFC 4469 3 makes the message from the octets the URL references, and "
+            "a URL that references nothing is a broken reference, not an empty part; Dovecot "
+            "appends the empty string in its place (as FETCH answers such a section). "
+            "Dovecot's OK is replaced by our BADURL.")
+def _catenate_unknown_section(ours: Event, dovecot: Event) -> bool:
+    if "CATENATE" not in command_text(ours).upper():
+        return False
+    if _tagged_code(ours) == (b"NO", b"BADURL") and _tagged_code(dovecot) == \
+            (b"OK", b"APPENDUID"):
+        dovecot.responses[:] = ours.responses
+        return True
+    return False
+
+
+@deliberate("catenate-absolute-url",
+            "A CATENATE URL in absolute form naming the session's own user "
+            "(imap://user@host/mailbox/;UID=n) is taken here: RFC 4469 3 lets a URL be "
+            "absolute or relative, and section 5 only forbids one naming another user without "
+            "URLAUTH; Dovecot requires relative URLs and answers NO [BADURL] 'Relative URL "
+            "required'. Dovecot's NO is replaced by our OK [APPENDUID].")
+def _catenate_absolute_url(ours: Event, dovecot: Event) -> bool:
+    if "URL \"IMAP://" not in command_text(ours).upper():
+        return False
+    if _tagged_code(ours) == (b"OK", b"APPENDUID") and _tagged_code(dovecot) == \
+            (b"NO", b"BADURL"):
+        dovecot.responses[:] = ours.responses
+        return True
+    return False
+
+
+_VERIFIER = re.compile(rb"(:internal:)[0-9a-fA-F]{32,}")
+
+
+def _mask_verifiers(tokens: list) -> bool:
+    changed = False
+    for k, t in enumerate(tokens):
+        if isinstance(t, list):
+            changed |= _mask_verifiers(t)
+        elif isinstance(t, bytes) and _VERIFIER.search(t):
+            tokens[k] = _VERIFIER.sub(rb"\1<verifier>", t)
+            changed = True
+    return changed
+
+
+@deliberate("urlauth-verifier",
+            "The verifier of a URLAUTH URL (RFC 4467 3.4.1, INTERNAL) is an HMAC under each "
+            "server's own random mailbox key, so the two can never be equal (Dovecot's also "
+            "starts with a version octet: 42 hex digits to our 40; enc-urlauth is 32*HEXDIG). "
+            "Verifiers in GENURLAUTH and URLFETCH responses read '<verifier>' on both sides; "
+            "each URL is sent back to the server that made it.")
+def _urlauth_verifier(ours: Event, dovecot: Event) -> bool:
+    changed = False
+    for event in (ours, dovecot):
+        for r in event.responses:
+            changed |= _mask_verifiers(r.data)
+            if r.code:
+                changed |= _mask_verifiers(r.code)
+    return changed
+
+
+@deliberate("dovecot-urlfetch-notice",
+            "URLFETCH of a URL that does not verify: both answer '* URLFETCH url NIL' (RFC "
+            "4467 7.3); Dovecot adds an untagged NO saying why, which we do not (the reason "
+            "would tell a fetcher which part of someone else's URL was wrong). Dovecot's "
+            "untagged NO responses to URLFETCH are removed.")
+def _dovecot_urlfetch_notice(ours: Event, dovecot: Event) -> bool:
+    if not command_text(dovecot).upper().startswith("URLFETCH"):
+        return False
+    kept = [r for r in dovecot.responses if not (r.kind == "status" and r.status == b"NO")]
+    if len(kept) == len(dovecot.responses):
+        return False
+    dovecot.responses[:] = kept
+    return True
+
+
+def _urlmech_code(r: Response) -> bool:
+    return r.kind == "status" and bool(r.code) and word(r.code[0]) == b"URLMECH"
+
+
+@deliberate("urlmech-at-select",
+            "At SELECT/EXAMINE we send '* OK [URLMECH INTERNAL]', the URLAUTH mechanisms of the "
+            "mailbox (RFC 4467 8.1: returned in an untagged OK to SELECT and EXAMINE; Cyrus "
+            "sends it too); Dovecot 2.3 does not, even with URLAUTH configured. Ours is removed "
+            "where Dovecot's SELECT/EXAMINE has none. Applied to every script.")
+def _urlmech_at_select(ours: Event, dovecot: Event) -> bool:
+    parts = [c.split()[:2] for c in ours.sent.split(PIPELINE_SEPARATOR)]
+    if not any(len(w) == 2 and w[1].upper() in ("SELECT", "EXAMINE") for w in parts):
+        return False
+    if any(_urlmech_code(r) for r in dovecot.responses):
+        return False
+    before = len(ours.responses)
+    ours.responses[:] = [r for r in ours.responses if not _urlmech_code(r)]
+    return len(ours.responses) != before
+
+
+ALWAYS.append("urlmech-at-select")

@@ -751,6 +751,7 @@ def test_dovecot_advertises_what_we_do(differential):
     assert "IMAP4rev1" in ours
     # OBJECTID (RFC 8474): Debian's Dovecot 2.3.19 does not implement it (BAD to EMAILID and
     # STATUS MAILBOXID), so it has no judge here; tests/test_imap_objectid.py checks it.
+    from test_differential_catenate import CAPABILITIES_JUDGED_HERE as CATENATE_JUDGED
     from test_differential_compress import CAPABILITIES_JUDGED_HERE as COMPRESS_JUDGED
     from test_differential_metadata import CAPABILITIES_JUDGED_HERE as METADATA_JUDGED
     from test_differential_quota import CAPABILITIES_JUDGED_HERE  # QUOTA needs its plugins
@@ -761,7 +762,10 @@ def test_dovecot_advertises_what_we_do(differential):
     # REPLACE (RFC 8508): Dovecot 2.3 lacks it; tests/test_differential_replace.py has it
     # judge REPLACE's outcome against the commands it stands for.
     assert ours - theirs == {"APPENDLIMIT", "OBJECTID", "CONTEXT=SORT", "REPLACE",
-                             *CAPABILITIES_JUDGED_HERE, *COMPRESS_JUDGED, *METADATA_JUDGED}
+                             *CAPABILITIES_JUDGED_HERE, *COMPRESS_JUDGED, *METADATA_JUDGED,
+                             # URLAUTH needs imap_urlauth_host: that Dovecot is the one of
+                             # tests/test_differential_catenate.py.
+                             *CATENATE_JUDGED}
 
 
 def test_expunges_first_is_the_common_order():

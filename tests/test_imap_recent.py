@@ -396,9 +396,11 @@ def play(port: int) -> list[tuple[str, str, list[bytes]]]:
                 text.encode(), None if literal is None else message(literal))
             # RFC 7162 3.1.2.1: HIGHESTMODSEQ at every SELECT here, at Dovecot's only once a
             # client used CONDSTORE on the mailbox: not compared. RFC 8474 MAILBOXID: the id
-            # is the server's choice; Dovecot 2.3.19 sends none.
+            # is the server's choice; Dovecot 2.3.19 sends none.  RFC 4467 8.1 URLMECH: this
+            # Dovecot has no URLAUTH.
             untagged = [normalise(r) for r in untagged
-                        if not r.startswith((b"* OK [HIGHESTMODSEQ ", b"* OK [MAILBOXID "))]
+                        if not r.startswith((b"* OK [HIGHESTMODSEQ ", b"* OK [MAILBOXID ",
+                                             b"* OK [URLMECH "))]
             if text == "NOOP":
                 untagged = unsolicited(untagged)
             out.append((who, text, untagged + [normalise(tagged)]))

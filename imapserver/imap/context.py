@@ -45,6 +45,7 @@ _OPERATION_OF_COMMAND = {  # closures (``def run()``) of these commands
     "MOVE": "move", "SEARCH": "search", "SORT": "search", "THREAD": "search",
     "REPLACE": "replace",
     "NOTIFY": "notify",  # NOTIFY SET's first look, and each delivery's reads (RFC 5465)
+    "GENURLAUTH": "urlauth", "RESETKEY": "urlauth", "URLFETCH": "urlauth",
 }
 
 

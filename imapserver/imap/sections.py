@@ -309,7 +309,7 @@ def _read_exact(reader: BinaryIO, start: int, length: int) -> Iterator[bytes]:
 
 
 def iter_section(plan: Plan, reader: BinaryIO | None, partial: tuple[int, int] | None = None,
-                 chunk: int = 65536) -> tuple[int, Iterator[bytes]]:
+                 chunk: int = 65536, raw: bool = False) -> tuple[int, Iterator[bytes]]:
     """The octets of a resolved section: their count, and an iterator yielding them.
 
     Header subsets of encapsulated messages are read and filtered here, before returning, so
@@ -322,6 +322,9 @@ def iter_section(plan: Plan, reader: BinaryIO | None, partial: tuple[int, int] |
                    ``plan.needs_content`` is false
     :param partial: ``(origin, length)`` from ``<origin.length>``, or ``None`` for all of it
     :param chunk: the largest piece read (and yielded) at once
+    :param raw: keep NUL octets as they are (CATENATE copies a section into a new message,
+                where it is not an IMAP literal: RFC 4469 3 builds the message from the
+                section's octets)
     :return: ``(octet_count, iterator)``; the iterator yields exactly ``octet_count`` octets
              (it raises :class:`OSError` if the message turns out shorter than its metadata)
     """
@@ -337,11 +340,12 @@ def iter_section(plan: Plan, reader: BinaryIO | None, partial: tuple[int, int] |
     if partial is not None:
         start = min(partial[0], total)
         stop = min(total, start + partial[1])
-    return stop - start, _generate(pieces, reader, start, stop, chunk)
+    return stop - start, _generate(pieces, reader, start, stop, chunk,
+                                   b"\x00" if raw else NUL_REPLACEMENT)
 
 
 def _generate(pieces: list[bytes | Range], reader: BinaryIO | None, start: int, stop: int,
-              chunk: int) -> Iterator[bytes]:
+              chunk: int, nul: bytes = NUL_REPLACEMENT) -> Iterator[bytes]:
     pos = 0  # offset of the current piece within the section
     for piece in pieces:
         length = len(piece) if isinstance(piece, bytes) else piece.length
@@ -351,9 +355,9 @@ def _generate(pieces: list[bytes | Range], reader: BinaryIO | None, start: int, 
             continue
         if isinstance(piece, bytes):
             for k in range(lo, hi, chunk):
-                yield piece[k:min(hi, k + chunk)].replace(b"\x00", NUL_REPLACEMENT)
+                yield piece[k:min(hi, k + chunk)].replace(b"\x00", nul)
             continue
         for k in range(lo, hi, chunk):
             n = min(hi, k + chunk) - k
             for data in _read_exact(reader, piece.start + k, n):
-                yield data.replace(b"\x00", NUL_REPLACEMENT)
+                yield data.replace(b"\x00", nul)

@@ -55,6 +55,8 @@ class Session:
         caps += ["CONDSTORE", "QRESYNC"]  # RFC 7162
         caps.append("REPLACE")  # RFC 8508 3.1
         caps += ["METADATA", "METADATA-SERVER"]  # RFC 5464 1
+        caps.append("CATENATE")  # RFC 4469 2
+        caps += ["URLAUTH", "URL-PARTIAL"]  # RFC 4467 2; RFC 5550: ;PARTIAL= in URLs
         caps.append("COMPRESS=DEFLATE")  # RFC 4978 3 (the command needs a login)
         caps.append("NOTIFY")  # RFC 5465
         if self.user is None:

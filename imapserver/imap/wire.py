@@ -79,14 +79,22 @@ _LITERAL8 = re.compile(rb"~\{[0-9]+\+?\}\Z")
 
 def _message_literal(stack: list[list]) -> bool:
     """Whether a literal arriving now may be a literal8: an APPEND message (RFC 3516 4.3, and
-    RFC 4466's append-data; the mailbox name, the first argument, may not be one) or a
+    RFC 4466's append-data; the mailbox name, the first argument, may not be one), a CATENATE
+    TEXT part (RFC 4469 5: message data too, taken as a literal8 as Dovecot's does) or a
     SETMETADATA value (RFC 5464 5: ``value = nstring / literal8``, the second of each entry
     and value pair in the list; never the entry name)."""
     top = stack[0]
     command = top[1].upper() if len(top) >= 2 and isinstance(top[1], str) else ""
     if command == "SETMETADATA":
         return len(stack) == 2 and len(top) == 4 and len(stack[1]) % 2 == 1
-    return len(stack) == 1 and len(top) >= 3 and command == "APPEND"
+    if not (len(top) >= 3 and command == "APPEND"):
+        return False
+    if len(stack) == 1:
+        return True
+    inner = stack[-1]
+    return (len(stack) == 2 and top[-1] is inner and isinstance(top[-2], Atom)
+            and top[-2].upper() == "CATENATE" and bool(inner) and isinstance(inner[-1], Atom)
+            and inner[-1].upper() == "TEXT")
 
 
 def _fold_section_literals(segments: list) -> list:

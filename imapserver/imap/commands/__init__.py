@@ -14,4 +14,5 @@ from . import (  # noqa: F401
     replace_cmd,
     search_cmd,
     sort_cmd,
+    urlauth,
 )

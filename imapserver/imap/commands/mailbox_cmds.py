@@ -122,6 +122,8 @@ def _select(ctx, readonly: bool):
     # RFC 7162 3.1.2.1: on every SELECT and EXAMINE, CONDSTORE enabled or not.
     ctx.untagged(b"OK [HIGHESTMODSEQ %d] Highest" % highest)
     ctx.untagged(b"OK [MAILBOXID (%s)] Ok" % mailbox_id(selected.mailbox.id).encode())
+    # RFC 4467 8.1: the URLAUTH mechanisms this mailbox's URLs may use (as Cyrus sends it).
+    ctx.untagged(b"OK [URLMECH INTERNAL] URLAUTH mechanisms")
     for line in resync:
         ctx.untagged(line)
     ctx.finish(b"OK", f"{ctx.name} completed", "READ-ONLY" if readonly else "READ-WRITE")

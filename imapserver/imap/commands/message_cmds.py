@@ -1,7 +1,8 @@
 """Commands on messages (besides FETCH and SEARCH).
 
-    append   = "APPEND" SP mailbox 1*(SP [flag-list SP] [date-time SP] literal)
+    append   = "APPEND" SP mailbox 1*(SP [flag-list SP] [date-time SP] append-data)
                                                ; RFC 3501 6.3.11, RFC 3502 MULTIAPPEND
+    append-data = literal / "CATENATE" SP "(" cat-part *(SP cat-part) ")"   ; RFC 4469 5
     expunge  = "EXPUNGE"                       ; 6.4.3
     uid-exp  = "UID EXPUNGE" SP sequence-set   ; RFC 4315
     store    = "STORE" SP sequence-set [SP "(" "UNCHANGEDSINCE" SP mod-sequence-valzer ")"]
@@ -23,6 +24,7 @@ from twisted.internet import defer
 
 from mailstore.errors import NotFound
 
+from ..catenate import Catenate, build_message, parse_catenate
 from ..context import AUTH, SELECTED, Bad, No, command
 from ..names import decode_name
 from ..notify_session import note_own
@@ -135,18 +137,53 @@ def parse_flag_args(args) -> list[str]:
     return flags
 
 
-def take_append_message(args: list, verb: str) -> tuple[list[str], float | None, object]:
-    """Take one ``[flag-list SP] [date-time SP] literal`` off the front of ``args`` (RFC 3501
-    6.3.11 append-message; RFC 8508 REPLACE takes the same): ``(flags, internal date or None,
-    message)``, the message a literal's bytes or a spooled file.  BAD without a literal."""
+def take_append_message(args: list, verb: str, session=None
+                        ) -> tuple[list[str], float | None, object]:
+    """Take one ``[flag-list SP] [date-time SP] (literal / CATENATE (...))`` off the front of
+    ``args`` (RFC 3501 6.3.11 append-message, RFC 4469 5 append-data; RFC 8508 REPLACE takes
+    the same): ``(flags, internal date or None, message)``, the message a literal's bytes, a
+    spooled file, or a :class:`~imapserver.imap.catenate.Catenate` (only when ``session`` is
+    given: its selected mailbox is the base of ``;UID=`` URLs).  BAD without a message."""
     flags, date = [], None
     if args and isinstance(args[0], list):
         flags = parse_flag_args([args.pop(0)])
     if args and isinstance(args[0], bytes) and not isinstance(args[0], Literal):
         date = parse_date_time(args.pop(0))
+    if session is not None and len(args) >= 2 and isinstance(args[0], Atom) \
+            and args[0].upper() == "CATENATE":
+        selected = session.selected
+        base = (selected.mailbox.name, selected.mailbox.uidvalidity) if selected else None
+        args.pop(0)
+        return flags, date, parse_catenate(args.pop(0), base)
     if not args or not (isinstance(args[0], Literal) or hasattr(args[0], "read")):
         raise Bad(f"{verb} expects a message literal")
     return flags, date, args.pop(0)
+
+
+def close_message(message) -> None:
+    """Close what a taken message holds open (spooled literals, CATENATE's TEXT files)."""
+    if hasattr(message, "close"):
+        message.close()
+
+
+def close_all(items: list) -> None:
+    """Close every spooled literal among a command's arguments, inside lists too (CATENATE's
+    TEXT parts), whatever became of the command."""
+    for item in items:
+        if isinstance(item, list):
+            close_all(item)
+        else:
+            close_message(item)
+
+
+def assemble(ctx, message, check_quota: bool = True):
+    """The message to store for an append-message: itself, or a CATENATE built (RFC 4469).
+    Runs in the thread pool; NO [BADURL] / [TOOBIG] / [OVERQUOTA] as build_message says."""
+    if not isinstance(message, Catenate):
+        return message
+    return build_message(ctx.store, message, ctx.session.user,
+                         ctx.server.cfg["imap"]["urlauth_submit_users"], ctx.store.clock(),
+                         ctx.session.append_limit(), check_quota)
 
 
 def _writable(ctx):
@@ -164,29 +201,36 @@ def append(ctx):
     name = decode_name(ctx.args[0])
     messages = []
     args = ctx.args[1:]
-    while args:
-        messages.append(take_append_message(args, "APPEND"))
     user = ctx.session.user
 
     def run():
         mailbox = _existing(ctx.store, user, name)
+        # CATENATE's URLs are all checked before the first message is stored (RFC 4469 3:
+        # a bad URL appends nothing, RFC 3502: nor does any failure of a MULTIAPPEND).
+        built = []
         uids = []
         try:
-            for flags, date, message in messages:
-                _validity, uid = ctx.store.append(user, mailbox, message, flags, date)
+            for _flags, _date, message in messages:
+                built.append(assemble(ctx, message))
+            for (flags, date, _message), source in zip(messages, built, strict=True):
+                _validity, uid = ctx.store.append(user, mailbox, source, flags, date)
                 uids.append(uid)
         except BaseException:
             # RFC 3502: a MULTIAPPEND that fails appends nothing.
             if uids:
                 ctx.store.expunge(mailbox, uids)
             raise
+        finally:
+            for source in built:
+                close_message(source)
         return mailbox, uids
     try:
+        while args:
+            messages.append(take_append_message(args, "APPEND", ctx.session))
         mailbox, uids = yield ctx.call(run)
     finally:
-        for _flags, _date, message in messages:
-            if hasattr(message, "close"):
-                message.close()
+        # Spooled literals are closed whatever became of the command (BAD arguments too).
+        close_all(ctx.args)
     note_own(ctx.session, mailboxes=[mailbox.name])
     yield report_changes(ctx)
     ctx.finish(b"OK", "APPEND completed",

@@ -2,7 +2,8 @@
 
     replace     = "REPLACE" SP seq-number SP mailbox append-message     ; RFC 8508 5
     uid-replace = "UID" SP "REPLACE" SP uniqueid SP mailbox append-message
-    append-message = [SP flag-list] [SP date-time] SP literal           ; as APPEND's
+    append-message = [SP flag-list] [SP date-time] SP append-data       ; as APPEND's
+    append-data    = literal / "CATENATE" SP "(" cat-part *(SP cat-part) ")"   ; RFC 4469
 
 The new message is appended to ``mailbox`` and the replaced one expunged from the selected
 mailbox (RFC 8508 3.4), by ``MailStore.replace`` in that order (docs/decisions/0017).  The
@@ -19,7 +20,15 @@ from ..context import SELECTED, Bad, No, command
 from ..names import decode_name
 from ..wire import Atom
 from .common import report_changes
-from .message_cmds import _existing, _writable, resolve, take_append_message
+from .message_cmds import (
+    _existing,
+    _writable,
+    assemble,
+    close_all,
+    close_message,
+    resolve,
+    take_append_message,
+)
 
 
 def _replaced_uid(ctx, token, uid_mode: bool) -> int | None:
@@ -40,7 +49,7 @@ def replace_command(ctx, uid_mode: bool):
     token = args.pop(0)
     name = decode_name(args.pop(0))
     try:
-        flags, date, message = take_append_message(args, "REPLACE")
+        flags, date, message = take_append_message(args, "REPLACE", ctx.session)
         if args:
             raise Bad("REPLACE takes one message")  # no MULTIAPPEND (RFC 8508 4.7)
         _writable(ctx)  # RFC 8508 3.4: the replaced message must be expungeable
@@ -55,15 +64,19 @@ def replace_command(ctx, uid_mode: bool):
             # A UID this session does not hold is asked of the store too: it may have come
             # since the last refresh; if it is not there, Expunged (NO [EXPUNGEISSUED]).
             uid = old_uid if old_uid is not None else int(str(token))
-            return target, uid, ctx.store.replace(selected.mailbox, uid, target, message,
-                                                  flags, date)
+            # RFC 8508 takes CATENATE's append-data too; the quota is the store's to check,
+            # with the replaced message credited.
+            source = assemble(ctx, message, check_quota=False)
+            try:
+                return target, uid, ctx.store.replace(selected.mailbox, uid, target, source,
+                                                      flags, date)
+            finally:
+                close_message(source)
         target, uid, (validity, new_uid) = yield ctx.call(run)
     finally:
         # A literal spooled to a file (large messages) is closed whatever became of it: also
         # when the arguments around it were refused.
-        for item in ctx.args:
-            if hasattr(item, "close"):
-                item.close()
+        close_all(ctx.args)
     # RFC 8508 4.3: APPENDUID in an untagged OK before the EXPUNGE; then the EXPUNGE and the
     # EXISTS (when the target is the selected mailbox) as MOVE's are reported.
     ctx.untagged(f"OK [APPENDUID {validity} {new_uid}] Replacement message ready".encode())
