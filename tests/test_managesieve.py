@@ -76,14 +76,18 @@ def test_greeting_lists_the_capabilities(server):
 
 def test_commands_before_authentication_are_refused(server):
     """RFC 5804 2: script commands need the authenticated state; an unknown command is NO
-    (ManageSieve has no BAD); NOOP and CAPABILITY work in every state."""
-    c = connect(server)
+    (ManageSieve has no BAD); NOOP and CAPABILITY work in every state.  The third refused
+    command before login ends the connection with BYE (as Dovecot's managesieve-login)."""
     for command in ("LISTSCRIPTS", 'GETSCRIPT "a"', 'SETACTIVE "a"', 'DELETESCRIPT "a"',
                     'HAVESPACE "a" 10', 'RENAMESCRIPT "a" "b"', "UNAUTHENTICATE"):
+        c = connect(server)
         assert c.cmd(command) == [b'NO "Authenticate first"'], command
     assert c.cmd(b'PUTSCRIPT "a" ' + literal(b"keep;")) == [b'NO "Authenticate first"']
-    assert c.cmd("FROBNICATE") == [b'NO "Unknown command FROBNICATE"']
     assert c.cmd('NOOP "t1"') == [b'OK (TAG "t1") "Done"']
+    assert c.cmd("FROBNICATE") == [b'BYE "Too many invalid commands"']
+    assert c.closed_by_peer()
+    c = connect(server)
+    assert c.cmd("FROBNICATE") == [b'NO "Unknown command FROBNICATE"']
     assert c.cmd("LOGOUT") == [b'OK "Logout completed"']
     assert c.closed_by_peer()
     assert stored(server, "alice") == []

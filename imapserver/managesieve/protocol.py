@@ -50,6 +50,8 @@ from .context import NOT_AUTH, CommandContext, No, lookup
 CRLF = b"\r\n"
 MAX_QUEUED = 50
 """Commands parsed ahead of the running one before the connection stops being read."""
+MAX_INVALID_BEFORE_LOGIN = 3
+"""Refused commands before authentication after which the connection is closed."""
 CLOSE_GRACE = 30.0
 """Seconds a closing connection has to take its last responses before it is aborted."""
 
@@ -82,6 +84,7 @@ class ManageSieveProtocol(protocol.Protocol):
         self.closed = self.closing = False
         self.bytes_in = self.bytes_out = 0
         self.commands = 0
+        self._invalid = 0
         self.ended: str | None = None
 
     # -- connection -------------------------------------------------------------------------
@@ -315,6 +318,17 @@ class ManageSieveProtocol(protocol.Protocol):
 
     def _answered(self, label: str, started: float, status: bytes, text: str,
                   code: str | None = None) -> defer.Deferred:
+        """A command refused before it ran (unparseable, unknown, wrong state)."""
+        if self.session.state == NOT_AUTH:
+            # Before login, a client that keeps sending what cannot run is not a ManageSieve
+            # client (a port scanner, a confused protocol): the third such command ends the
+            # connection, as Dovecot's managesieve-login does.
+            self._invalid += 1
+            if self._invalid >= MAX_INVALID_BEFORE_LOGIN:
+                self._count(label, b"BYE", started)
+                self.close(wire.response(b"BYE", "Too many invalid commands"),
+                           "too_many_errors")
+                return defer.succeed(None)
         self.write_lines([wire.response(status, text, code)])
         self._count(label, status, started)
         return defer.succeed(None)
