@@ -7,6 +7,8 @@ Each test starts its own server on a fresh store; the conversation is raw bytes 
 from __future__ import annotations
 
 import base64
+import ssl
+import time
 
 import pytest
 
@@ -226,7 +228,14 @@ def test_starttls_reissues_capabilities_and_plaintext_needs_tls(tmp_path):
         caps = capabilities(c.greeting[:-1])
         assert "STARTTLS" in caps and caps["SASL"] == ""
         assert c.login("alice", "alice-pw")[0].startswith(b"NO (ENCRYPT-NEEDED)")
-        after = c.starttls(cert)
+        # A command pipelined in the clear behind STARTTLS (a man in the middle's, RFC 2595
+        # 3.1) must not run inside TLS.
+        c.send("STARTTLS\r\nNOOP \"injected\"\r\n")
+        assert c.response()[-1].startswith(b"OK")
+        c.sock = ssl.create_default_context(cafile=cert).wrap_socket(
+            c.sock, server_hostname="localhost")
+        after = c.response()
+        assert c.cmd('NOOP "mine"') == [b'OK (TAG "mine") "Done"']
         assert after[-1].startswith(b"OK")
         caps = capabilities(after[:-1])
         assert "STARTTLS" not in caps and caps["SASL"].split() == ["PLAIN", "LOGIN"]
@@ -234,4 +243,33 @@ def test_starttls_reissues_capabilities_and_plaintext_needs_tls(tmp_path):
         assert c.login("alice", "alice-pw") == [b'OK "Logged in"']
         assert c.cmd('PUTSCRIPT "s" "keep;"')[0].startswith(b"OK")
         assert c.cmd("LOGOUT")[0].startswith(b"OK")
+        c.close()
+
+
+def test_pipelined_commands_are_answered_in_order(server):
+    """RFC 5804 4: a client may send commands without waiting; each is answered in turn."""
+    c = connect(server)
+    token = base64.b64encode(b"\0alice\0alice-pw").decode()
+    c.send(f'AUTHENTICATE "PLAIN" "{token}"\r\nPUTSCRIPT "p" {{5+}}\r\nkeep;\r\n'
+           'SETACTIVE "p"\r\nLISTSCRIPTS\r\nPUTSCRIPT "e" {0+}\r\n\r\nNOOP "end"\r\n')
+    assert c.response() == [b'OK "Logged in"']
+    assert c.response() == [b'OK "Putscript completed"']
+    assert c.response() == [b'OK "Setactive completed"']
+    assert c.response() == [b'"p" ACTIVE', b'OK "Listscripts completed"']
+    assert c.response() == [b'OK "Putscript completed"']      # an empty script is valid
+    assert c.response() == [b'OK (TAG "end") "Done"']
+
+
+def test_an_idle_session_is_closed_with_bye(tmp_path):
+    """A session idle for ``[managesieve] idle_timeout`` seconds gets BYE and is closed."""
+    data_dir = str(tmp_path / "store")
+    make_users(data_dir, ("alice", "alice-pw"))
+    conf = tmp_path / "c.conf"
+    conf.write_text("[managesieve]\nidle_timeout = 1\n")
+    with ServerProcess(data_dir, "--sieve-port", "auto", config=str(conf)) as proc:
+        c = connect(proc)
+        started = time.monotonic()
+        assert c.response() == [b'BYE "Disconnected for inactivity"']
+        assert 0.9 < time.monotonic() - started < 10
+        assert c.closed_by_peer()
         c.close()
