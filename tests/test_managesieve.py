@@ -273,3 +273,27 @@ def test_an_idle_session_is_closed_with_bye(tmp_path):
         assert 0.9 < time.monotonic() - started < 10
         assert c.closed_by_peer()
         c.close()
+
+
+def test_the_server_over_hbase(tmp_path, hbase_store):
+    """The same commands over the HBase backend (Thrift): scripts land in JAMES_SIEVE_SCRIPTS
+    and activation, rename and the ACTIVE refusal behave as on the embedded store (RFC 5804
+    2.6-2.11)."""
+    store = MailStore(hbase_store.backend())
+    store.create_user("alice", "alice-pw", default_folders=False)
+    conf = tmp_path / "c.conf"
+    conf.write_text("[imap]\nauth_failure_delay = 0.1\n")
+    with ServerProcess(str(tmp_path / "unused"), *hbase_store.args(), "--sieve-port", "auto",
+                       config=str(conf)) as proc:
+        c = connect(proc)
+        try:
+            assert c.login("alice", "alice-pw") == [b'OK "Logged in"']
+            assert c.cmd(b'PUTSCRIPT "rules" ' + literal(KEEP))[0].startswith(b"OK")
+            assert c.cmd('SETACTIVE "rules"')[0].startswith(b"OK")
+            assert c.cmd('DELETESCRIPT "rules"')[0].startswith(b"NO (ACTIVE)")
+            assert c.cmd('RENAMESCRIPT "rules" "main"')[0].startswith(b"OK")
+            assert store.sieve_scripts.active("alice") == ("main", KEEP.decode())
+            assert c.cmd('GETSCRIPT "main"')[0] == b"{%d}\r\n" % len(KEEP) + KEEP
+        finally:
+            c.close()
+            store.close()
