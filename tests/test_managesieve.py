@@ -297,3 +297,14 @@ def test_the_server_over_hbase(tmp_path, hbase_store):
         finally:
             c.close()
             store.close()
+
+
+def test_sigterm_says_bye_and_the_server_exits_0(server):
+    """A graceful stop (SIGTERM) ends every ManageSieve session with BYE (RFC 5804 1.3) and
+    the process exits 0."""
+    c = connect(server)
+    assert c.login("alice", "alice-pw") == [b'OK "Logged in"']
+    server.proc.terminate()
+    assert c.response() == [b'BYE "Server shutting down"']
+    assert c.closed_by_peer()
+    assert server.stop() == 0

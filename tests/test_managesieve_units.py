@@ -43,6 +43,6 @@ def test_strings_out_are_quoted_or_literals():
     (errors.BackendUnavailable("thrift at 10.0.0.1 down"), "TRYLATER")])
 def test_store_errors_become_rfc_5804_response_codes(error, code):
     """RFC 5804 1.3's codes; a backend failure's detail stays in the log."""
-    described = ManageSieveServer.describe_error(None, error)
+    described = ManageSieveServer.describe_error(error)
     assert described[0] == code
     assert "10.0.0.1" not in described[1]

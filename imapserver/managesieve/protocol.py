@@ -269,6 +269,11 @@ class ManageSieveProtocol(protocol.Protocol):
 
     # -- running ----------------------------------------------------------------------------
 
+    @property
+    def busy(self) -> bool:
+        """A command is running (graceful shutdown waits for it)."""
+        return self._running and not self.closed
+
     def _run_next(self) -> None:
         if self._running or self._output_paused or not self._queue or self.closing:
             return
