@@ -60,7 +60,9 @@ def test_put_refuses_a_script_that_does_not_parse(data_dir):
     assert out.returncode == 1 and out.stderr.startswith("mailadmin: script bad not stored: "
                                                          "line "), out.stderr
     out = run("sieve", "put", "alice", "ext", data_dir=data_dir, stdin='require "nope";\n')
-    assert out.returncode == 1 and "line 1: require: unknown extension 'nope'" in out.stderr
+    # The wording is the validator's (mailstore/sieve/validate.py); the line and the name
+    # are what the user needs.
+    assert out.returncode == 1 and "line 1:" in out.stderr and "'nope'" in out.stderr
     assert json.loads(run("sieve", "list", "alice", "--json", data_dir=data_dir).stdout) == []
 
 
