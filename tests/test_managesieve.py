@@ -66,7 +66,7 @@ def test_greeting_lists_the_capabilities(server):
     c = connect(server)
     assert c.greeting[-1].startswith(b"OK")
     caps = capabilities(c.greeting[:-1])
-    assert caps["IMPLEMENTATION"] and caps["VERSION"] == "1.0"
+    assert caps["IMPLEMENTATION"] and caps["VERSION"] == "1.0" and caps["MAXREDIRECTS"] == "4"
     assert caps["SASL"].split() == ["PLAIN", "LOGIN"]     # loopback: plaintext allowed
     assert {"fileinto", "vacation", "imap4flags", "envelope"} <= set(caps["SIEVE"].split())
     assert "STARTTLS" not in caps and "NOTIFY" not in caps and "OWNER" not in caps
