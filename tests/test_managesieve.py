@@ -192,6 +192,10 @@ def test_limits_give_quota_codes_and_the_session_goes_on(server):
         b"NO (QUOTA)")
     assert c.cmd('NOOP')[0].startswith(b"OK")
     assert [n for n, _ in stored(server, "alice")] == ["a", "b"]
+    # Far over the limit: not worth reading to throw away.
+    c.send(b'PUTSCRIPT "huge" {999999999+}\r\n')
+    assert c.response()[0].startswith(b'BYE "Literal of 999999999 octets')
+    assert c.closed_by_peer()
 
 
 def test_a_line_over_the_limit_gets_bye(server):

@@ -52,6 +52,9 @@ MAX_QUEUED = 50
 """Commands parsed ahead of the running one before the connection stops being read."""
 MAX_INVALID_BEFORE_LOGIN = 3
 """Refused commands before authentication after which the connection is closed."""
+DISCARD_AT_MOST = 16 * 1024 * 1024
+"""An oversize literal is read and dropped (the command answered NO) up to this size, or 16
+times the script size limit; a larger one ends the connection with BYE."""
 CLOSE_GRACE = 30.0
 """Seconds a closing connection has to take its last responses before it is aborted."""
 
@@ -231,6 +234,11 @@ class ManageSieveProtocol(protocol.Protocol):
 
     def _start_literal(self, size: int) -> None:
         limit = self.cfg["max_script_size"]
+        if size > max(DISCARD_AT_MOST, 16 * limit):
+            # Reading that much only to throw it away serves no client: close instead.
+            self.close(wire.response(b"BYE", f"Literal of {size} octets is far over the "
+                                     f"limit of {limit}"), "literal_too_large")
+            return
         self._command_octets += size
         if size > limit or self._command_octets > limit + self.cfg["max_line_length"]:
             self._oversize = True
