@@ -262,6 +262,10 @@ def test_pipelined_commands_are_answered_in_order(server):
     assert c.response() == [b'"p" ACTIVE', b'OK "Listscripts completed"']
     assert c.response() == [b'OK "Putscript completed"']      # an empty script is valid
     assert c.response() == [b'OK (TAG "end") "Done"']
+    # More than the queue holds (MAX_QUEUED): reading pauses and resumes, nothing is lost.
+    c.send("".join(f'NOOP "n{i}"\r\n' for i in range(130)))
+    for i in range(130):
+        assert c.response() == [f'OK (TAG "n{i}") "Done"'.encode()]
 
 
 def test_an_idle_session_is_closed_with_bye(tmp_path):

@@ -190,6 +190,9 @@ class ManageSieveProtocol(protocol.Protocol):
         _RECEIVED.inc(len(data))
         self.reset_timeout()
         self._buffer += data
+        self._consume_safely()
+
+    def _consume_safely(self) -> None:
         try:
             self._consume()
         except Exception:
@@ -296,7 +299,7 @@ class ManageSieveProtocol(protocol.Protocol):
         if self._input_paused and len(self._queue) <= MAX_QUEUED // 2 and not self.closing:
             self._input_paused = False
             self.transport.resumeProducing()
-            self._consume()
+            self._consume_safely()
         self._run_next()
 
     def output_paused(self, paused: bool) -> None:
