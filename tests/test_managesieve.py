@@ -262,9 +262,11 @@ def test_pipelined_commands_are_answered_in_order(server):
     assert c.response() == [b'"p" ACTIVE', b'OK "Listscripts completed"']
     assert c.response() == [b'OK "Putscript completed"']      # an empty script is valid
     assert c.response() == [b'OK (TAG "end") "Done"']
-    # More than the queue holds (MAX_QUEUED): reading pauses and resumes, nothing is lost.
-    c.send("".join(f'NOOP "n{i}"\r\n' for i in range(130)))
-    for i in range(130):
+    # More than the queue holds (MAX_QUEUED) behind commands that wait for the store:
+    # reading pauses and resumes, nothing is lost or reordered.
+    c.send("".join(f'HAVESPACE "s" {i}\r\nNOOP "n{i}"\r\n' for i in range(80)))
+    for i in range(80):
+        assert c.response() == [b'OK "Putscript would succeed"']
         assert c.response() == [f'OK (TAG "n{i}") "Done"'.encode()]
 
 
