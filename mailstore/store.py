@@ -45,6 +45,7 @@ from .modseqs import SinceModseq, since_modseq
 from .outbox import Outbox
 from .records import COMMITTED, DELETING, MOVING, Flags, MessageRecord, state_of
 from .schema import IMPORTS, INTENTS, OUTBOX, Layout, create_schema
+from .sievescripts import ScriptLimits, SieveScripts
 from .sortcache import MessageKeys, SortKeyCache
 from .transfers import Transfers
 from .urlauth import UrlauthKeys
@@ -100,7 +101,7 @@ class MailStore:
                  sleep: Callable[[float], None] = time.sleep,
                  abandon_after: float = 10.0, intent_timeout: float = 60.0,
                  release_grace: float = DEFAULT_GRACE, create_tables: bool = True,
-                 layout: Layout | None = None):
+                 layout: Layout | None = None, sieve_limits: ScriptLimits | None = None):
         self.backend = backend
         if create_tables:
             create_schema(backend, layout)
@@ -121,6 +122,13 @@ class MailStore:
         self.annotations = Annotations(self.metadata, self.mailboxes)
         self.urlauth = UrlauthKeys(backend)
         self._chunk_size = chunk_size
+        self._sieve_scripts = SieveScripts(backend, limits=sieve_limits, clock=clock,
+                                           user_exists=self.users.get)
+
+    @property
+    def sieve_scripts(self) -> SieveScripts:
+        """Every user's Sieve scripts and the active one (mailstore/sievescripts.py)."""
+        return self._sieve_scripts
 
     @functools.cached_property
     def outbox(self) -> Outbox:
@@ -206,6 +214,7 @@ class MailStore:
         self.mailboxes.drop_subscriptions(user)
         self.metadata.drop_user(user)
         self.urlauth.reset_all(user)
+        self.sieve_scripts.delete_all(user)
         self.users.delete_row(user)
 
     # -- mailboxes ------------------------------------------------------------------------------
