@@ -80,7 +80,7 @@ STORE_OPERATIONS = (
     "authenticate", "open_mailbox", "refresh", "list_mailboxes", "mailbox_status",
     "create_mailbox", "delete_mailbox", "rename_mailbox", "subscribe", "unsubscribe",
     "append", "fetch", "read_content", "search", "store_flags", "expunge", "copy", "move",
-    "replace", "resolve_recipient", "deliver", "quota", "other")
+    "replace", "resolve_recipient", "deliver", "quota", "acl", "other")
 """The values of the ``operation`` label: what a store call does, not the function that
 does it ("other" is a call nobody named yet: a bug to report)."""
 

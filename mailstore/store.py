@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 from . import keys, names
+from .acl import SHARED_OWNER, Grants, flag_changeable
 from .backends import open_backend
 from .backends.base import Backend, Mutation, decode_counter, delete_rows
 from .changelog import ChangeLog
@@ -106,6 +107,7 @@ class MailStore:
                                    self.users, clock, intent_timeout, self.changes)
         self.indexes = Indexes(backend, self.messages, self.changes)
         self.sort_cache = SortKeyCache(self.messages)
+        self.grants = Grants(backend)
 
     @classmethod
     def open(cls, backend_name: str, backend_options: dict, **store_options) -> MailStore:
@@ -145,6 +147,8 @@ class MailStore:
 
     def check_quota(self, user: str, add_bytes: int, add_messages: int) -> None:
         """Raise OverQuota if storing this much more would take ``user`` over a limit."""
+        if user == SHARED_OWNER:
+            return  # shared mailboxes (Shared/...) have no account, so no limits
         account = self.users.get(user)
         if account.storage_limit is None and account.message_limit is None:
             return  # no limits: skip adding up the mailboxes
@@ -154,6 +158,8 @@ class MailStore:
         """``user``'s limits and usage (octets and messages in all their mailboxes, from the
         mailbox counters).  The mailboxes are not added up for a user without limits: usage
         is then reported as 0.  Raises NotFound."""
+        if user == SHARED_OWNER:
+            return QuotaUsage(0, None, 0, None)
         account = self.users.get(user)
         if account.storage_limit is None and account.message_limit is None:
             return QuotaUsage(0, None, 0, None)
@@ -181,6 +187,10 @@ class MailStore:
         user = self.users.get(name).name
         for mailbox in self.mailboxes.list(user):
             self._delete_mailbox(mailbox)
+        # Grants to the user go too: a new account of the same name must not inherit them.
+        for mailbox_id in self.grants.candidates(user, with_anyone=False):
+            for identifier in (user, "-" + user):
+                self.grants.set(mailbox_id, identifier, frozenset())
         self.mailboxes.drop_subscriptions(user)
         self.users.delete_row(user)
 
@@ -190,7 +200,8 @@ class MailStore:
     def create_mailbox(self, user: str, name: str, special_use: str | None = None) -> Mailbox:
         """Create ``name`` (RFC 3501 6.3.3); missing parents are created too."""
         name = names.normalize_mailbox(name)
-        self.users.get(user)  # NotFound for an unknown user: no mailbox rows without an owner
+        if user != SHARED_OWNER:  # the owner of Shared/ has no account (acl.SHARED_OWNER)
+            self.users.get(user)  # NotFound for an unknown user: no mailbox rows without owner
         for parent in names.parent_names(name):
             try:
                 self.mailboxes.create(user, parent)
@@ -252,6 +263,7 @@ class MailStore:
         # Invisible first, then the messages, then the row: a crash leaves a 'deleting' row
         # that fsck finishes off, never messages without a mailbox.
         self.mailboxes.mark_deleting(mailbox)
+        self.grants.forget(mailbox.id, mailbox.acl)
         purge_mailbox_messages(self, mailbox)
         for key, _op, _at in self.transfers.pending(mailbox.id):
             self.transfers.intents.delete(key)
@@ -313,11 +325,12 @@ class MailStore:
         not counted against the quota."""
         credit_bytes, credit_messages = credit
         if isinstance(mailbox_name, Mailbox):
-            if mailbox_name.owner != user:
-                raise NotFound(f"no such mailbox: {mailbox_name.name}")
+            # Another user's mailbox too, once the caller has checked the ACL (sharing.py):
+            # the message is stored once, in the owner's mailbox, on the owner's quota.
             mailbox = mailbox_name
         else:
             mailbox = self.mailboxes.get(user, mailbox_name)
+        user = mailbox.owner
         self.check_quota(user, (size or 0) - credit_bytes, 1 - credit_messages)
         stored = self.ingest(source)
         try:
@@ -506,13 +519,17 @@ class MailStore:
         return self.content.sweep()
 
     def store_flags(self, mailbox: Mailbox, uids: Iterable[int], flags: Iterable[str],
-                    mode: str = "add", unchanged_since: int | None = None):
+                    mode: str = "add", unchanged_since: int | None = None,
+                    rights: frozenset[str] | None = None):
         """STORE (RFC 3501 6.4.6).  Not fsynced, as Dovecot's default fsync_mode does not sync
         flag changes: they survive a crash of the process, and a power cut may lose the last
-        ones, never a message.  Logged in the change log, so other sessions learn of it."""
+        ones, never a message.  Logged in the change log, so other sessions learn of it.
+        ``rights``: the caller's ACL rights on the mailbox (RFC 4314 4), if not all: flags it
+        may not change keep their state (acl.flag_changeable)."""
         if mode not in ("add", "remove", "replace"):
             raise ValueError(f"bad flag mode {mode}")
         wanted = canonical_flags(flags)
+        changeable = flag_changeable(rights)
         uids = list(uids)
         changed: list[tuple[int, Flags]] = []
         failed: list[int] = []
@@ -526,7 +543,8 @@ class MailStore:
             for view in views:
                 if unchanged_since is not None and view.flags.modseq > unchanged_since:
                     failed.append(view.uid)
-                elif flag_target(mode, wanted, view.flags.names) != view.flags.names:
+                elif flag_target(mode, wanted, view.flags.names, changeable) \
+                        != view.flags.names:
                     moving.append(view)
             if not moving:
                 continue
@@ -536,7 +554,8 @@ class MailStore:
                 top = taken[MODSEQ]
                 done, missed = self.messages.store_flags(
                     mailbox, (), wanted, mode, unchanged_since, views=moving,
-                    modseqs=range(top - len(moving) + 1, top + 1), journal=self.transfers)
+                    modseqs=range(top - len(moving) + 1, top + 1), journal=self.transfers,
+                    changeable=changeable)
             changed += done
             failed += missed
         return changed, sorted(failed)
@@ -593,8 +612,11 @@ class MailStore:
     @durable
     def move(self, source: Mailbox, uids: Iterable[int], target: Mailbox
              ) -> list[tuple[int, int]]:
+        uids = list(uids)
         if source.owner != target.owner:
-            raise InvalidName("messages can only move between one user's mailboxes")
+            # Into a shared mailbox (the caller checked the ACL): the owner's quota takes it.
+            views = self.messages.get(source.id, uids, SUMMARY)
+            self.check_quota(target.owner, sum(v.record.size for v in views), len(views))
         return self.transfers.move(source, uids, target)
 
     # -- administration (mailadmin) --------------------------------------------------------------

@@ -15,7 +15,16 @@ import Hbase_thrift  # loaded by happybase from its Hbase.thrift
 import pytest
 
 from mailstore import config
-from mailstore.schema import CONTENT, MAILBOX_INDEX, SUBSCRIPTIONS, TABLES, USERS, Layout, ddl
+from mailstore.schema import (
+    ACL_INDEX,
+    CONTENT,
+    MAILBOX_INDEX,
+    SUBSCRIPTIONS,
+    TABLES,
+    USERS,
+    Layout,
+    ddl,
+)
 from mailstore.testing.thrift_gateway import ThriftGateway
 from tests.admincli import run
 
@@ -100,7 +109,7 @@ def test_uuid_tables_are_pre_split_and_user_tables_are_not():
     created = check_shell_script(ddl(layout=Layout(regions=48)))
     for table in TABLES:
         split = [h for h in created[table.name] if "NAME" not in h]
-        if table in (MAILBOX_INDEX, USERS, SUBSCRIPTIONS):
+        if table in (MAILBOX_INDEX, USERS, SUBSCRIPTIONS, ACL_INDEX):
             assert split == [], table.name
         else:
             assert split == [{"NUMREGIONS": "48", "SPLITALGO": "'UniformSplit'"}], table.name

@@ -35,6 +35,9 @@ _OPERATION_OF_FUNCTION = {
     # and VANISHED (EARLIER) belong to the FETCH that asked.
     "_highests": "mailbox_status", "highest_modseq": "mailbox_status",
     "_changed_uids": "fetch", "_vanished": "fetch",
+    # RFC 4314 (mailstore/sharing.py): GETACL, LISTRIGHTS and MYRIGHTS open the mailbox to
+    # read its ACL; SETACL and DELETEACL change it.
+    "open_mailbox": "acl", "set_acl": "acl", "delete_acl": "acl",
 }
 _OPERATION_OF_COMMAND = {  # closures (``def run()``) of these commands
     "DELETE": "delete_mailbox", "STATUS": "mailbox_status", "APPEND": "append",

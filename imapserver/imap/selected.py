@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 
 from twisted.python import log
 
+from mailstore.acl import ALL_RIGHTS
 from mailstore.errors import MailStoreError
 from mailstore.index import MailboxIndex, Marks
 from mailstore.mailboxes import Mailbox
@@ -72,10 +73,14 @@ class Changes:
 class SelectedMailbox:
     """A session's view of one mailbox.  Methods that touch the store run in a thread."""
 
-    def __init__(self, store: MailStore, mailbox: Mailbox, readonly: bool):
+    def __init__(self, store: MailStore, mailbox: Mailbox, readonly: bool,
+                 rights: frozenset[str] = ALL_RIGHTS):
         self.store = store
         self.mailbox = mailbox
         self.readonly = readonly
+        # The session's ACL rights on the mailbox as of SELECT (RFC 4314): what STORE,
+        # EXPUNGE, MOVE and a FETCH that would set \Seen may do here.
+        self.rights = rights
         self.index = MailboxIndex(_ZERO)
         self.recent: set[int] = set()
         self.recent_mark = mailbox.recent_uid  # the \Recent watermark as last seen

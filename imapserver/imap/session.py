@@ -54,6 +54,7 @@ class Session:
         caps += ["CONDSTORE", "QRESYNC"]  # RFC 7162
         caps.append("REPLACE")  # RFC 8508 3.1
         caps.append("COMPRESS=DEFLATE")  # RFC 4978 3 (the command needs a login)
+        caps += ["ACL", "RIGHTS=texk", "LIST-MYRIGHTS"]  # RFC 4314 2.1.1, 3; RFC 8440
         if self.user is None:
             if not self.tls and self.server.tls_context is not None:
                 caps.append("STARTTLS")

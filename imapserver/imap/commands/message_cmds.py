@@ -21,7 +21,10 @@ import re
 
 from twisted.internet import defer
 
+from mailstore import sharing
+from mailstore.acl import flag_changeable
 from mailstore.errors import NotFound
+from mailstore.messages import canonical_flags
 
 from ..context import AUTH, SELECTED, Bad, No, command
 from ..names import decode_name
@@ -74,13 +77,15 @@ def resolve(ctx, token, uid_mode: bool) -> list[int]:
         raise Bad(str(exc)) from None
 
 
-def _existing(store, user: str, name: str):
+def _existing(store, user: str, name: str, with_rights: bool = False):
     """The target mailbox of APPEND, COPY or MOVE; ``NO [TRYCREATE]`` when it does not exist
-    (RFC 3501 6.3.11, 6.4.7)."""
+    (RFC 3501 6.3.11, 6.4.7) or the user may not see it (RFC 4314 6), ``NO [NOPERM]`` when
+    they may see it but not insert into it (RFC 4314 4: "i")."""
     try:
-        return store.mailbox(user, name)
+        found = sharing.open_mailbox(store, user, name, "i")
     except NotFound:
         raise No(f"Mailbox does not exist: {name}", "TRYCREATE") from None
+    return found if with_rights else found[0]
 
 
 def parse_date_time(raw: bytes) -> float:
@@ -148,9 +153,13 @@ def take_append_message(args: list, verb: str) -> tuple[list[str], float | None,
     return flags, date, args.pop(0)
 
 
-def _writable(ctx):
+def _writable(ctx, need: str = ""):
+    """The selected mailbox may be changed, and the ACL gives every right in ``need``
+    (RFC 4314 4): NO [READ-ONLY] or NO [NOPERM] otherwise."""
     if ctx.session.selected.readonly:
         raise No("Mailbox is read-only", "READ-ONLY")
+    if not set(need) <= ctx.session.selected.rights:
+        raise No("Permission denied", "NOPERM")
 
 
 # -- APPEND ------------------------------------------------------------------------------------
@@ -168,10 +177,14 @@ def append(ctx):
     user = ctx.session.user
 
     def run():
-        mailbox = _existing(ctx.store, user, name)
+        mailbox, rights = _existing(ctx.store, user, name, with_rights=True)
+        # RFC 4314 4: flags the ACL does not let the user set are left off, silently.
+        changeable = flag_changeable(rights)
         uids = []
         try:
             for flags, date, message in messages:
+                if changeable is not None:
+                    flags = [f for f in flags if all(map(changeable, canonical_flags([f])))]
                 _validity, uid = ctx.store.append(user, mailbox, message, flags, date)
                 uids.append(uid)
         except BaseException:
@@ -195,7 +208,7 @@ def append(ctx):
 
 @defer.inlineCallbacks
 def _expunge(ctx, only: list[int] | None):
-    _writable(ctx)
+    _writable(ctx, "e")  # RFC 4314 4: EXPUNGE needs "e"
     selected = ctx.session.selected
 
     def run():
@@ -242,8 +255,9 @@ def _store(ctx, uid_mode: bool):
     condstore, qresync = modseq_modes(ctx.session)
 
     def run():
+        # RFC 4314 4: flags the ACL does not let the user change keep their state.
         changed, failed = ctx.store.store_flags(selected.mailbox, uids, flags, mode,
-                                                unchanged_since)
+                                                unchanged_since, rights=selected.rights)
         return changed, failed, [] if silent else ctx.store.fetch(
             selected.mailbox, [u for u in uids if u not in set(failed)])
     changed, failed, views = yield ctx.call(run)
@@ -294,7 +308,7 @@ def store(ctx):
 def _transfer(ctx, uid_mode: bool, move: bool):
     ctx.expect_args(2)
     if move:
-        _writable(ctx)
+        _writable(ctx, "te")  # RFC 6851 3.3 / RFC 4314 4: the source loses them
     uids = resolve(ctx, ctx.args[0], uid_mode)
     name = decode_name(ctx.args[1])
     selected = ctx.session.selected

@@ -43,7 +43,7 @@ def replace_command(ctx, uid_mode: bool):
         flags, date, message = take_append_message(args, "REPLACE")
         if args:
             raise Bad("REPLACE takes one message")  # no MULTIAPPEND (RFC 8508 4.7)
-        _writable(ctx)  # RFC 8508 3.4: the replaced message must be expungeable
+        _writable(ctx, "te")  # RFC 8508 3.4, RFC 4314 4: the replaced message goes
         selected = ctx.session.selected
         old_uid = _replaced_uid(ctx, token, uid_mode)
         if old_uid is None and str(token) == "*":
