@@ -7,8 +7,8 @@ What is stored (docs/decisions/0018-acl.md):
   row is read whole on every lookup already, so the rights of whoever asks cost no extra
   read, and the ACL follows the mailbox through renames.
 * ``JAMES_ACL_INDEX`` answers "which mailboxes of others may USER see" with one prefix scan:
-  a row ``grantee NUL mailbox UUID`` for every positive entry.  The mailbox row is the truth:
-  an index row is only a candidate, checked against the row it names (a stale one, left by a
+  a row ``grantee NUL mailbox UUID`` for every entry (``-bob`` for negative ones).  The
+  mailbox row is the truth: an index row is only a candidate, checked against the row it names (a stale one, left by a
   crash between the two writes, over-approximates and is ignored).
 
 Rights are computed by :func:`rights_of`, the one function every check goes through: the
@@ -144,10 +144,10 @@ def check_identifier(identifier: str) -> str:
     return ("-" if negative else "") + bare
 
 
-def granted_to(identifier: str) -> str | None:
-    """The grantee whose index row an entry needs (None for a negative entry: negative rights
-    only take away, and are read from the mailbox row with the rest)."""
-    return None if identifier.startswith("-") else identifier
+def granted_to(identifier: str) -> str:
+    """The index row prefix of an entry: its identifier, ``-bob`` for bob's negative rights
+    (found only when bob's account goes, since negative rights only take away)."""
+    return identifier
 
 
 @dataclass(frozen=True)
@@ -211,27 +211,28 @@ class Grants:
         """Give ``identifier`` exactly ``rights`` on the mailbox (none: remove its entry)."""
         grantee = granted_to(identifier)
         if rights:
-            if grantee is not None:
+            if grantee:
                 self.index.put(keys.acl_index_key(grantee, mailbox_id), {b"g:r": b"1"})
             text = "".join(r for r in RIGHTS if r in rights)
             self.rows.put(mailbox_id, {acl_column(identifier): text.encode()})
         else:
             self.rows.delete(mailbox_id, [acl_column(identifier)])
-            if grantee is not None:
+            if grantee:
                 self.index.delete(keys.acl_index_key(grantee, mailbox_id))
 
     def forget(self, mailbox_id: bytes, acl: Mapping[str, str]) -> None:
         """Drop the index rows of a mailbox that is being deleted."""
         for identifier in acl:
             grantee = granted_to(identifier)
-            if grantee is not None:
+            if grantee:
                 self.index.delete(keys.acl_index_key(grantee, mailbox_id))
 
     def candidates(self, user: str, with_anyone: bool = True) -> list[bytes]:
         """Ids of the mailboxes whose ACL may grant ``user`` something: those with an entry
-        for ``user`` or for ``anyone`` (two bounded prefix scans, no scan of all users)."""
+        for ``user`` or for ``anyone`` (two bounded prefix scans, no scan of all users).
+        Without ``with_anyone``: those with an entry for ``user`` or ``-user``."""
         found: list[bytes] = []
-        for grantee in (user, ANYONE) if with_anyone else (user,):
+        for grantee in (user, ANYONE) if with_anyone else (user, "-" + user):
             prefix = keys.acl_index_prefix(grantee)
             found += [keys.acl_index_mailbox(key)
                       for key, _ in self.index.scan(prefix=prefix, columns=[b"g:r"])]

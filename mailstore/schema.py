@@ -243,7 +243,8 @@ ACL_INDEX = TableDef(
     purpose="Who was granted rights on which mailbox (RFC 4314), so that 'the mailboxes of "
             "others USER may see' is one prefix scan (docs/decisions/0018-acl.md).  The "
             "mailbox row's ACL cells are the truth; a row here is a candidate only.",
-    row_key="grantee UTF-8 (a user name or 'anyone'), NUL, 16-byte mailbox UUID",
+    row_key="grantee UTF-8 (a user name or 'anyone', '-' before either for negative "
+            "rights), NUL, 16-byte mailbox UUID",
     families={"g": "g:r = b'1' (the rights themselves are read from the mailbox row)"},
     access="put before a grant's mailbox cell, deleted after a revocation's; prefix scan by "
            "grantee (and 'anyone') for LIST and NAMESPACE listings of shared mailboxes",
