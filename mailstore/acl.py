@@ -8,8 +8,9 @@ What is stored (docs/decisions/0018-acl.md):
   read, and the ACL follows the mailbox through renames.
 * ``JAMES_ACL_INDEX`` answers "which mailboxes of others may USER see" with one prefix scan:
   a row ``grantee NUL mailbox UUID`` for every entry (``-bob`` for negative ones).  The
-  mailbox row is the truth: an index row is only a candidate, checked against the row it names (a stale one, left by a
-  crash between the two writes, over-approximates and is ignored).
+  mailbox row is the truth: an index row is only a candidate, checked against the row it
+  names (a stale one, left by a crash between the two writes, over-approximates and is
+  ignored).
 
 Rights are computed by :func:`rights_of`, the one function every check goes through: the
 owner has every right; anyone else the union of their own entry and ``anyone``'s, minus the
