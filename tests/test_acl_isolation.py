@@ -333,8 +333,8 @@ def test_hidden_mailboxes_answer_as_missing_ones(world, bob, probe):
     answers = []
     for name in (hidden, f"Nothing{next(_names)}"):
         ok(bob.cmd("s", "SELECT INBOX"))
-        text = re.sub(r"\{n\}(\S*)", lambda m: q(f"Other Users/alice/{name}{m.group(1)}"),
-                      probe)
+        text = re.sub(r"\{n\}(\S*)",
+                      lambda m, name=name: q(f"Other Users/alice/{name}{m.group(1)}"), probe)
         lines = bob.cmd("t", text.replace("{{", "{").replace("}}", "}"))
         answers.append([line.replace(name.encode(), b"NAME") for line in lines])
     assert answers[0] == answers[1]
