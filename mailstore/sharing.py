@@ -21,6 +21,7 @@ from .acl import (
     ALL_RIGHTS,
     SHARED_OWNER,
     Location,
+    acl_from_row,
     check_identifier,
     locate,
     parse_rights,
@@ -69,6 +70,17 @@ def open_mailbox(store, user: str, imap_name: str, need: str = ""
         raise _missing(imap_name)
     # Granted: now as the owner's own lookups get it (rolled forward, fresh counters).
     return store.mailbox(mailbox.owner, mailbox.name), rights
+
+
+def current_rights(store, user: str, mailbox: Mailbox) -> frozenset[str]:
+    """``user``'s rights on ``mailbox`` as its ACL says now (one get of the row's meta
+    cells): for a session that has another user's mailbox selected, at each refresh."""
+    if user == mailbox.owner:
+        return ALL_RIGHTS
+    row = store.mailboxes.rows.row(mailbox.id, [b"m"])
+    if row.get(b"m:state") != LIVE:
+        return frozenset()
+    return rights_of(user, mailbox.owner, acl_from_row(row))
 
 
 def _allows(rights: frozenset[str], need: str) -> bool:

@@ -338,3 +338,37 @@ def test_hidden_mailboxes_answer_as_missing_ones(world, bob, probe):
         lines = bob.cmd("t", text.replace("{{", "{").replace("}}", "}"))
         answers.append([line.replace(name.encode(), b"NAME") for line in lines])
     assert answers[0] == answers[1]
+
+
+def idle_lines(c: Client, wanted: bytes, timeout: float) -> list[bytes]:
+    """What the server pushes during ``timeout`` seconds (or until ``wanted`` comes)."""
+    pushed: list[bytes] = []
+    c.sock.settimeout(0.25)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and wanted not in pushed:
+        try:
+            pushed.append(c.read_line())
+        except TimeoutError:
+            pass
+    c.sock.settimeout(10)
+    return pushed
+
+
+def test_revoking_r_stops_idle_updates_of_a_selected_mailbox(world, bob):
+    """RFC 4314 4: without "r" nothing of the mailbox reaches the user.  A session that had
+    alice's mailbox selected when alice took bob's rights away hears nothing more of it; a new
+    SELECT is refused."""
+    local, name = world.box("lrs")
+    ok(bob.cmd("s", f"SELECT {q(name)}"))
+    bob.send("i IDLE\r\n")
+    assert bob.read_line().startswith(b"+ ")
+    world.store.append("alice", local, message(4))
+    assert b"* 3 EXISTS" in idle_lines(bob, b"* 3 EXISTS", 5.0)
+    box = world.store.mailbox("alice", local)
+    world.store.grants.set(box.id, "bob", frozenset("l"))
+    world.store.append("alice", local, message(5))
+    pushed = idle_lines(bob, b"* 4 EXISTS", 1.0)
+    bob.send("DONE\r\n")
+    pushed += bob.until_tagged("i")
+    assert not any(b"EXISTS" in line for line in pushed), pushed
+    assert tagged(bob.cmd("s", f"SELECT {q(name)}")).startswith(b"NO [NOPERM]")

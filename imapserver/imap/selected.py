@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 
 from twisted.python import log
 
+from mailstore import sharing
 from mailstore.acl import ALL_RIGHTS
 from mailstore.errors import MailStoreError
 from mailstore.index import MailboxIndex, Marks
@@ -74,13 +75,16 @@ class SelectedMailbox:
     """A session's view of one mailbox.  Methods that touch the store run in a thread."""
 
     def __init__(self, store: MailStore, mailbox: Mailbox, readonly: bool,
-                 rights: frozenset[str] = ALL_RIGHTS):
+                 rights: frozenset[str] = ALL_RIGHTS, viewer: str | None = None):
         self.store = store
         self.mailbox = mailbox
         self.readonly = readonly
         # The session's ACL rights on the mailbox as of SELECT (RFC 4314): what STORE,
         # EXPUNGE, MOVE and a FETCH that would set \Seen may do here.
         self.rights = rights
+        # Who looks, when it is not the owner: their rights are read again at each refresh,
+        # so a revoked "r" stops the updates (IDLE included) at the next one.
+        self.viewer = viewer if viewer != mailbox.owner else None
         self.index = MailboxIndex(_ZERO)
         self.recent: set[int] = set()
         self.recent_mark = mailbox.recent_uid  # the \Recent watermark as last seen
@@ -227,6 +231,10 @@ class SelectedMailbox:
 
     def refresh(self) -> Changes:
         """Learn what changed since the last look; apply it to the sequence numbers."""
+        if self.viewer is not None:
+            self.rights = sharing.current_rights(self.store, self.viewer, self.mailbox)
+            if "r" not in self.rights:
+                return Changes()  # RFC 4314 4: nothing of the mailbox without "r"
         known = self.index.marks.visible
         changes = self._look()
         self._take_recent(known)

@@ -68,7 +68,7 @@ def _open(store, user: str, name: str, readonly: bool, modseqs: bool = False,
     # something (s, w, i, t, e), as Dovecot answers.
     mailbox, rights = sharing.open_mailbox(store, user, name, "r")
     readonly = readonly or not rights & WRITE_RIGHTS
-    selected = SelectedMailbox(store, mailbox, readonly, rights)
+    selected = SelectedMailbox(store, mailbox, readonly, rights, viewer=user)
     selected.load()
     selected.modseqs = modseqs
     highest = selected.highest_modseq()
