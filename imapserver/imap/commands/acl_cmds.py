@@ -21,7 +21,7 @@ from __future__ import annotations
 from twisted.internet import defer
 
 from mailstore import sharing
-from mailstore.acl import RESPONSE_ORDER, format_rights, public_name
+from mailstore.acl import format_rights, public_name
 from mailstore.errors import InvalidName
 
 from ..context import AUTH, SELECTED, Bad, command
@@ -93,7 +93,7 @@ def listrights(ctx):
                                       name, "a")
     # RFC 4314 3.7: nothing is always granted; every right can be given on its own, and the
     # obsolete c and d (2.1.1) too.  (The owner's rights are implicit, decision 0018.)
-    optional = " ".join([*RESPONSE_ORDER, "c", "d"])
+    optional = " ".join("lrwstpiekxacd")  # Dovecot's order, so transcripts compare
     ctx.untagged(b"LISTRIGHTS " + _shown(ctx, mailbox) + b" " + astring(identifier.encode())
                  + b' "" ' + optional.encode())
     ctx.finish(b"OK", "LISTRIGHTS completed")

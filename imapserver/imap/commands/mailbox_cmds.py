@@ -397,8 +397,12 @@ def list_(ctx):
                 continue
             if req.subscribed_only:
                 attrs.append("\\NonExistent" if not exists else "")
+            elif not exists and req.extended:
+                attrs.append("\\NonExistent")
             elif not exists:
-                attrs.append("\\NonExistent" if req.extended else "\\Noselect")
+                # A name with children but no mailbox of its own (the namespace roots
+                # "Other Users" and "Other Users/<owner>", RFC 2342): as Dovecot answers.
+                attrs += ["\\Noselect", "\\HasChildren"]
         elif not exists:
             attrs.append("\\NonExistent")
         if exists or name in candidates:
