@@ -201,6 +201,20 @@ def delete_acl(store, user: str, imap_name: str, identifier: str) -> None:
     store.grants.set(mailbox.id, identifier, frozenset())
 
 
+def admin_set_acl(store, owner: str, name: str, identifier: str, mod_rights: str
+                  ) -> frozenset[str]:
+    """``mailadmin acl set``: SETACL without the ``a`` check, on ``owner``'s mailbox
+    ``name`` (SHARED_OWNER for the shared namespace).  Returns the identifier's rights now.
+    NotFound, InvalidName; ValueError for a letter that is no right."""
+    mode, rights = parse_rights(mod_rights)
+    identifier = check_identifier(identifier)
+    mailbox = store.mailbox(owner, name)
+    current = frozenset(mailbox.acl.get(identifier, ""))
+    new = rights if mode == "=" else current | rights if mode == "+" else current - rights
+    store.grants.set(mailbox.id, identifier, new)
+    return new
+
+
 def admin_create_shared(store, name: str) -> Mailbox:
     """``mailadmin mailbox create --shared``: a mailbox under ``Shared/``, with no rights for
     anyone until ``mailadmin acl set`` gives some."""

@@ -15,7 +15,7 @@ import sys
 
 from .. import config as configmod
 from ..errors import MailStoreError
-from . import mailbox_cmd, store_cmd, transfer, users_cmd
+from . import acl_cmd, mailbox_cmd, store_cmd, transfer, users_cmd
 from .context import Context, load_config
 from .output import EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE, Failure, UsageError
 
@@ -56,6 +56,7 @@ def build_parser() -> argparse.ArgumentParser:
     mailbox_cmd.register(sub, common)
     transfer.register(sub, common)
     store_cmd.register(sub, common)
+    acl_cmd.register(sub, common)
     return parser
 
 
