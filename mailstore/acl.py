@@ -41,8 +41,9 @@ RESPONSE_ORDER = "lrwstipekxa"
 """The order rights are written in responses: Dovecot's, so transcripts compare."""
 CREATE_RIGHTS = frozenset("kx")
 """What the obsolete ``c`` right (RFC 4314 2.1.1) stands for here: k and x, as Dovecot."""
-DELETE_RIGHTS = frozenset("xte")
-"""What the obsolete ``d`` right stands for: x, t and e (RFC 4314 2.1.1, ``RIGHTS=texk``)."""
+DELETE_RIGHTS = frozenset("te")
+"""What the obsolete ``d`` right stands for: t and e (RFC 4314 2.1.1's first group, whose
+"create" is k and x: ``RIGHTS=texk``; as Dovecot)."""
 WRITE_RIGHTS = frozenset("swite")
 """A SELECT without any of these is read-only (RFC 4314 4: nothing it could change)."""
 
@@ -115,7 +116,7 @@ def format_rights(rights: Iterable[str]) -> str:
 
 def parse_rights(text: str) -> tuple[str, frozenset[str]]:
     """A SETACL mod-rights string (RFC 4314 3.1): ``(mode, rights)``, mode ``+``, ``-`` or
-    ``=`` (replace).  ``c`` and ``d`` expand to what they stand for (2.1.1).  Raises
+    ``=`` (replace).  ``c`` and ``d`` expand to what they stand for (2.1.1: kx, te).  Raises
     ValueError for a letter that is no right."""
     mode = "="
     if text[:1] in ("+", "-"):

@@ -82,7 +82,7 @@ def test_thunderbird_sharing_tab(alice, bob):
 
 def test_rfc4314_setacl_modes_obsolete_rights_and_errors(alice):
     """RFC 4314 3.1: ``+``/``-`` add and remove, otherwise replace; 2.1.1: ``c`` and ``d``
-    stand for kx and xte and are shown whenever one of those is there; an unknown right is
+    stand for kx and te and are shown whenever one of those is there; an unknown right is
     BAD (3.1 example: "A036 BAD The q right is not supported")."""
     assert alice.cmd("s1", "SETACL Team carol lr")[-1] == b"s1 OK SETACL completed"
     assert alice.cmd("s2", "SETACL Team carol +cd")[-1] == b"s2 OK SETACL completed"

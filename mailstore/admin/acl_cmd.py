@@ -7,7 +7,7 @@
 USER is the owner of MAILBOX (their own name for it, as ``INBOX`` or ``Team``); with
 ``--shared`` the mailbox is one of the shared namespace (``Shared/`` in IMAP; created with
 ``mailbox create --shared``) and there is no USER.  Rights as in IMAP SETACL (RFC 4314 3.1):
-``lrs`` replaces, ``+w`` adds, ``-w`` removes; ``c`` and ``d`` stand for ``kx`` and ``xte``.
+``lrs`` replaces, ``+w`` adds, ``-w`` removes; ``c`` and ``d`` stand for ``kx`` and ``te``.
 """
 
 from __future__ import annotations
