@@ -751,8 +751,8 @@ def test_dovecot_advertises_what_we_do(differential):
     assert "IMAP4rev1" in ours
     # OBJECTID (RFC 8474): Debian's Dovecot 2.3.19 does not implement it (BAD to EMAILID and
     # STATUS MAILBOXID), so it has no judge here; tests/test_imap_objectid.py checks it.
-    from test_differential_compress import CAPABILITIES_JUDGED_HERE as COMPRESS_JUDGED
     from test_differential_acl import CAPABILITIES_JUDGED_HERE as ACL_JUDGED  # acl plugins
+    from test_differential_compress import CAPABILITIES_JUDGED_HERE as COMPRESS_JUDGED
     from test_differential_quota import CAPABILITIES_JUDGED_HERE  # QUOTA needs its plugins
     # CONTEXT=SORT (RFC 5267): Dovecot 2.3 does not advertise it (its UPDATE answers carry no
     # sort positions); tests/test_imap_context_sort.py checks it against the RFC's examples.

@@ -33,12 +33,10 @@ import shutil
 import tempfile
 from pathlib import Path
 
+import differential_known  # noqa: F401  (registers the entries named below)
 import pytest
 from differential import PASSWORD, Differential, Script, Target, append, plus, servers
-from dovecot import Dovecot
 from mailgen import message
-
-import differential_known  # noqa: F401  (registers the entries named below)
 
 DOVECOT_ACL = """\
 mail_plugins = $mail_plugins acl
