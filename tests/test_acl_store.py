@@ -50,8 +50,8 @@ def test_rights_function_owner_anyone_and_negative_rights():
 
 def test_obsolete_c_and_d_expand_and_show_again():
     """RFC 4314 2.1.1: ``c`` stands for k and x, ``d`` for t and e (its first group,
-    RIGHTS=texk, as Dovecot); a list holding any of them shows ``c``/``d`` again.  A letter that is no right
-    is refused (3.1: BAD)."""
+    RIGHTS=texk, as Dovecot); a list holding any of them shows ``c``/``d`` again.  A letter
+    that is no right is refused (3.1: BAD)."""
     assert parse_rights("+c") == ("+", frozenset("kx"))
     assert parse_rights("lrd") == ("=", frozenset("lrte"))
     assert parse_rights("-w") == ("-", frozenset("w"))
