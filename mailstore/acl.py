@@ -146,12 +146,6 @@ def check_identifier(identifier: str) -> str:
     return ("-" if negative else "") + bare
 
 
-def granted_to(identifier: str) -> str:
-    """The index row prefix of an entry: its identifier, ``-bob`` for bob's negative rights
-    (found only when bob's account goes, since negative rights only take away)."""
-    return identifier
-
-
 @dataclass(frozen=True)
 class Location:
     """Where an IMAP mailbox name points: ``owner``'s mailbox ``name`` (store names)."""
@@ -211,23 +205,18 @@ class Grants:
 
     def set(self, mailbox_id: bytes, identifier: str, rights: frozenset[str]) -> None:
         """Give ``identifier`` exactly ``rights`` on the mailbox (none: remove its entry)."""
-        grantee = granted_to(identifier)
         if rights:
-            if grantee:
-                self.index.put(keys.acl_index_key(grantee, mailbox_id), {b"g:r": b"1"})
+            self.index.put(keys.acl_index_key(identifier, mailbox_id), {b"g:r": b"1"})
             text = "".join(r for r in RIGHTS if r in rights)
             self.rows.put(mailbox_id, {acl_column(identifier): text.encode()})
         else:
             self.rows.delete(mailbox_id, [acl_column(identifier)])
-            if grantee:
-                self.index.delete(keys.acl_index_key(grantee, mailbox_id))
+            self.index.delete(keys.acl_index_key(identifier, mailbox_id))
 
     def forget(self, mailbox_id: bytes, acl: Mapping[str, str]) -> None:
         """Drop the index rows of a mailbox that is being deleted."""
         for identifier in acl:
-            grantee = granted_to(identifier)
-            if grantee:
-                self.index.delete(keys.acl_index_key(grantee, mailbox_id))
+            self.index.delete(keys.acl_index_key(identifier, mailbox_id))
 
     def candidates(self, user: str, with_anyone: bool = True) -> list[bytes]:
         """Ids of the mailboxes whose ACL may grant ``user`` something: those with an entry
