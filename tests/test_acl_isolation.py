@@ -372,3 +372,18 @@ def test_revoking_r_stops_idle_updates_of_a_selected_mailbox(world, bob):
     pushed += bob.until_tagged("i")
     assert not any(b"EXISTS" in line for line in pushed), pushed
     assert tagged(bob.cmd("s", f"SELECT {q(name)}")).startswith(b"NO [NOPERM]")
+
+
+def test_a_right_taken_away_counts_from_the_next_command(world, bob):
+    """RFC 4314 4: rights are the ACL's as it is when a command runs.  bob selected alice's
+    mailbox with every right; alice takes e, t and w away; his next EXPUNGE is NO [NOPERM],
+    his STORE keeps \\Flagged as it was, without a refresh in between."""
+    local, name = world.box(RIGHTS)
+    ok(bob.cmd("s", f"SELECT {q(name)}"))
+    box = world.store.mailbox("alice", local)
+    world.store.grants.set(box.id, "bob", frozenset("lrs"))
+    noperm(bob.cmd("x", "EXPUNGE"))
+    noperm(bob.cmd("m", "MOVE 1 INBOX"))
+    ok(bob.cmd("f", "STORE 1 +FLAGS (\\Flagged)"))
+    assert "\\Flagged" not in world.flags(local)
+    assert world.uids(local) == [1, 2]

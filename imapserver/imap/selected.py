@@ -34,7 +34,7 @@ from twisted.python import log
 
 from mailstore import sharing
 from mailstore.acl import ALL_RIGHTS
-from mailstore.errors import MailStoreError
+from mailstore.errors import MailStoreError, PermissionDenied
 from mailstore.index import MailboxIndex, Marks
 from mailstore.mailboxes import Mailbox
 from mailstore.store import MailStore
@@ -228,6 +228,17 @@ class SelectedMailbox:
         return sets
 
     # -- refresh ----------------------------------------------------------------------------
+
+    def require(self, need: str) -> frozenset[str]:
+        """The session's rights as the ACL says now (re-read for a session on another
+        user's mailbox: one get), raising PermissionDenied unless they hold every right in
+        ``need`` (RFC 4314 4).  Called by changing commands in their store call, so a right
+        taken away counts from the next command on, refresh or not."""
+        if self.viewer is not None:
+            self.rights = sharing.current_rights(self.store, self.viewer, self.mailbox)
+        if not set(need) <= self.rights:
+            raise PermissionDenied("Permission denied")
+        return self.rights
 
     def refresh(self) -> Changes:
         """Learn what changed since the last look; apply it to the sequence numbers."""

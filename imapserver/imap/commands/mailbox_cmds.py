@@ -221,6 +221,8 @@ def close(ctx):
     if not selected.readonly and "e" in selected.rights:
         # RFC 3501 6.4.2: expunge \Deleted messages silently (RFC 4314 4: if "e" allows).
         def run():
+            if "e" not in selected.require(""):
+                return
             doomed = selected.deleted_uids()
             if doomed:
                 ctx.store.expunge(selected.mailbox, doomed, only_deleted=True)

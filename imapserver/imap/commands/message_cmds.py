@@ -215,6 +215,7 @@ def _expunge(ctx, only: list[int] | None):
         # Candidates from the session's index and the change log (no scan of the mailbox),
         # or the UIDs named by UID EXPUNGE; the store keeps those with \Deleted as it reads
         # them to expunge (RFC 3501 6.4.3, RFC 4315 2.1).
+        selected.require("e")
         doomed = selected.deleted_uids() if only is None else only
         return ctx.store.expunge(selected.mailbox, doomed, only_deleted=True) if doomed else []
     gone = yield ctx.call(run)
@@ -257,7 +258,7 @@ def _store(ctx, uid_mode: bool):
     def run():
         # RFC 4314 4: flags the ACL does not let the user change keep their state.
         changed, failed = ctx.store.store_flags(selected.mailbox, uids, flags, mode,
-                                                unchanged_since, rights=selected.rights)
+                                                unchanged_since, rights=selected.require(""))
         return changed, failed, [] if silent else ctx.store.fetch(
             selected.mailbox, [u for u in uids if u not in set(failed)])
     changed, failed, views = yield ctx.call(run)
@@ -315,6 +316,8 @@ def _transfer(ctx, uid_mode: bool, move: bool):
     user = ctx.session.user
 
     def run():
+        if move:
+            selected.require("te")
         target = _existing(ctx.store, user, name)
         if not uids:
             return target, []
