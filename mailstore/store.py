@@ -602,22 +602,45 @@ class MailStore:
         return validity, new_uid
 
     @durable
-    def copy(self, source: Mailbox, uids: Iterable[int], target: Mailbox
-             ) -> list[tuple[int, int]]:
+    def copy(self, source: Mailbox, uids: Iterable[int], target: Mailbox,
+             rights: frozenset[str] | None = None) -> list[tuple[int, int]]:
+        """COPY (RFC 3501 6.4.7).  ``rights``: the caller's ACL rights on ``target`` if not
+        all: the copies lose the flags those do not let the caller set (RFC 4314 4)."""
         uids = list(uids)
         views = self.messages.get(source.id, uids, SUMMARY)
         self.check_quota(target.owner, sum(v.record.size for v in views), len(views))
-        return self.transfers.copy(source, uids, target)
+        pairs = self.transfers.copy(source, uids, target)
+        self._drop_unpermitted_flags(target, [new for _old, new in pairs], rights)
+        return pairs
+
+    def _drop_unpermitted_flags(self, target: Mailbox, uids: list[int],
+                                rights: frozenset[str] | None) -> None:
+        """Remove from the new messages ``uids`` the flags ``rights`` do not let their
+        writer set (a second step after the copy or move: other sessions may glimpse them
+        in between, which shows nothing the messages did not already have)."""
+        changeable = flag_changeable(rights)
+        if changeable is None or not uids:
+            return
+        drop: dict[frozenset[str], list[int]] = {}
+        for view in self.messages.get(target.id, uids, SUMMARY):
+            unpermitted = frozenset(f for f in view.flags.names if not changeable(f))
+            if unpermitted:
+                drop.setdefault(unpermitted, []).append(view.uid)
+        for flags, which in drop.items():
+            self.store_flags(target, which, flags, "remove")
 
     @durable
-    def move(self, source: Mailbox, uids: Iterable[int], target: Mailbox
-             ) -> list[tuple[int, int]]:
+    def move(self, source: Mailbox, uids: Iterable[int], target: Mailbox,
+             rights: frozenset[str] | None = None) -> list[tuple[int, int]]:
+        """MOVE (RFC 6851); ``rights`` as for :meth:`copy`."""
         uids = list(uids)
         if source.owner != target.owner:
             # Into a shared mailbox (the caller checked the ACL): the owner's quota takes it.
             views = self.messages.get(source.id, uids, SUMMARY)
             self.check_quota(target.owner, sum(v.record.size for v in views), len(views))
-        return self.transfers.move(source, uids, target)
+        pairs = self.transfers.move(source, uids, target)
+        self._drop_unpermitted_flags(target, [new for _old, new in pairs], rights)
+        return pairs
 
     # -- administration (mailadmin) --------------------------------------------------------------
 

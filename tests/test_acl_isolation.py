@@ -73,7 +73,7 @@ def world(request, tmp_path_factory):
     try:
         for user in ("alice", "bob"):
             store.create_user(user, "pw", default_folders=False)
-        store.append("bob", "INBOX", message(7))
+        store.append("bob", "INBOX", message(7), flags=["\\Seen", "\\Flagged"])
         with ServerProcess(data_dir, *args) as server:
             yield World(server, store)
     finally:
@@ -165,6 +165,16 @@ def _copy(w, c, has):
     ok(c.cmd("s", "SELECT INBOX"))
     expect(has, c.cmd("c", f"COPY 1 {q(name)}"))
     assert len(w.uids(local)) == (3 if has else 2)
+
+
+def _copy_flags(right, flag):
+    def run(w, c, has):
+        """RFC 4314 4: a copy keeps only the flags the target's ACL lets the user set."""
+        local, name = w.box(RIGHTS if has else RIGHTS.replace(right, ""))
+        ok(c.cmd("s", "SELECT INBOX"))
+        ok(c.cmd("c", f"COPY 1 {q(name)}"))
+        assert (flag in w.flags(local, w.uids(local)[-1])) == has
+    return run
 
 
 def _move_target(w, c, has):
@@ -290,6 +300,8 @@ MATRIX = [
     ("SEARCH/FETCH", "r", _search_fetch_r), ("IDLE", "r", _idle),
     ("APPEND", "i", _append), ("APPEND-flags", "s", _append_flags),
     ("COPY", "i", _copy), ("MOVE-target", "i", _move_target),
+    ("COPY-seen", "s", _copy_flags("s", "\\Seen")),
+    ("COPY-flagged", "w", _copy_flags("w", "\\Flagged")),
     ("MOVE-source-t", "t", _move_source("t")), ("MOVE-source-e", "e", _move_source("e")),
     ("STORE-seen", "s", _store("\\Seen", "s")), ("STORE-flagged", "w", _store("\\Flagged", "w")),
     ("STORE-keyword", "w", _store("$Work", "w")),

@@ -318,13 +318,14 @@ def _transfer(ctx, uid_mode: bool, move: bool):
     def run():
         if move:
             selected.require("te")
-        target = _existing(ctx.store, user, name)
+        target, rights = _existing(ctx.store, user, name, with_rights=True)
         if not uids:
             return target, []
+        # RFC 4314 4: the copies keep only the flags the target's ACL lets the user set.
         if move:
             # Into the selected mailbox itself too (RFC 6851 3.3): new UIDs, old ones expunged.
-            return target, ctx.store.move(selected.mailbox, uids, target)
-        return target, ctx.store.copy(selected.mailbox, uids, target)
+            return target, ctx.store.move(selected.mailbox, uids, target, rights)
+        return target, ctx.store.copy(selected.mailbox, uids, target, rights)
     target, pairs = yield ctx.call(run)
     code = None
     if pairs:
