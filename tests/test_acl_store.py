@@ -279,3 +279,24 @@ def test_own_names_only_by_the_personal_namespace(store):
     for name in ("Other Users/bob/INBOX", "Other Users", "Other Users/alice", "Shared"):
         with pytest.raises(NotFound):
             sharing.open_mailbox(store, "bob", name)
+
+
+def test_fsck_repairs_the_grant_index_both_ways(store):
+    """Decision 0018: the index is denormalised, so fsck checks it against the mailbox rows.
+    A stale index row (a crash between a revocation's two writes) is removed; an entry the
+    index lacks (LIST would miss the mailbox) is indexed again."""
+    from mailstore.fsck import Fsck
+    grant(store, "lr")
+    team = store.mailbox("alice", "Team")
+    index = store.backend.table(ACL_INDEX.name)
+    index.delete(keys.acl_index_key("bob", team.id))          # lost index row
+    secret = store.mailbox("alice", "Secret")
+    index.put(keys.acl_index_key("carol", secret.id), {b"g:r": b"1"})  # stale index row
+    assert OTHER not in {m.name for m, _ in sharing.visible_mailboxes(store, "bob")}
+    report = Fsck(store).run()
+    assert sorted(p.detail for p in report.problems) == [
+        "ACL entry of bob missing from the index", "index row of carol without its ACL entry"]
+    Fsck(store, repair=True).run()
+    assert Fsck(store).run().ok
+    assert OTHER in {m.name for m, _ in sharing.visible_mailboxes(store, "bob")}
+    assert store.grants.candidates("carol") == []
