@@ -300,3 +300,9 @@ def test_fsck_repairs_the_grant_index_both_ways(store):
     assert Fsck(store).run().ok
     assert OTHER in {m.name for m, _ in sharing.visible_mailboxes(store, "bob")}
     assert store.grants.candidates("carol") == []
+
+
+def test_no_account_may_be_called_anyone(store):
+    """RFC 4314 2: ``anyone`` is the identifier of every user."""
+    with pytest.raises(InvalidName):
+        store.create_user("Anyone", "pw")

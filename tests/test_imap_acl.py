@@ -153,3 +153,13 @@ def test_lsub_and_status_of_a_shared_mailbox(alice, bob):
         b'* STATUS "Other Users/alice/Team" (MESSAGES 1)'
     alice.cmd("s", "DELETEACL Team bob")
     bob.cmd("u", 'UNSUBSCRIBE "Other Users/alice/Team"')
+
+
+def test_getquotaroot_of_another_users_mailbox_names_no_root(alice, bob):
+    """RFC 9208 4.1.2 with RFC 4314: a mailbox of another user's is on its owner's quota,
+    which is not bob's to see; the answer is the same whether it exists or not."""
+    alice.cmd("s", "SETACL Team bob lr")
+    for name in ("Other Users/alice/Team", "Other Users/alice/Nope"):
+        assert bob.cmd("q", f'GETQUOTAROOT "{name}"') == [
+            f'* QUOTAROOT "{name}"'.encode(), b"q OK GETQUOTAROOT completed"]
+    alice.cmd("s", "DELETEACL Team bob")
