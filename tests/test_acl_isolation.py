@@ -294,6 +294,47 @@ def _search_fetch_r(w, c, has):
         assert tagged(lines).startswith(b"OK" if has else b"BAD"), lines
 
 
+def _lsub(w, c, has):
+    _, name = w.box(RIGHTS if has else RIGHTS.replace("l", ""), sub=False)
+    ok(c.cmd("u", f"SUBSCRIBE {q(name)}"))
+    lines = ok(c.cmd("s", f"LSUB \"\" {q(name)}"))
+    # Without l the name is still the user's own subscription, shown as no mailbox.
+    assert lines[0] == (b"* LSUB () \"/\" " if has else b"* LSUB (\\Noselect) \"/\" ") \
+        + q(name).encode()
+    ok(c.cmd("u", f"UNSUBSCRIBE {q(name)}"))
+
+
+def _replace(right):
+    def run(w, c, has):
+        """RFC 8508 3.4 with RFC 4314 4: REPLACE appends to the target (i) and expunges the
+        replaced message from the selected mailbox (t, e)."""
+        local, name = w.box(RIGHTS if has else RIGHTS.replace(right, ""))
+        ok(c.cmd("s", f"SELECT {q(name)}"))
+        raw = message(9)
+        c.send(f"r REPLACE 1 {q(name)} {{{len(raw)}+}}\r\n".encode() + raw + b"\r\n")
+        expect(has, c.until_tagged("r"))
+        assert w.uids(local) == ([2, 3] if has else [1, 2])
+    return run
+
+
+def _uid_command(command, right, after):
+    def run(w, c, has):
+        local, name = w.box(RIGHTS if has else RIGHTS.replace(right, ""))
+        ok(c.cmd("s", f"SELECT {q(name)}"))
+        lines = c.cmd("u", command.format(name=q(name)))
+        after(w, local, has, lines)
+    return run
+
+
+def _sort_thread(w, c, has):
+    _, name = w.box(RIGHTS if has else RIGHTS.replace("r", ""))
+    c.cmd("s", f"SELECT {q(name)}")
+    for command in ("SORT (DATE) UTF-8 ALL", "THREAD REFERENCES UTF-8 ALL", "UID FETCH 1 UID",
+                    "NOOP"):
+        lines = c.cmd("q", command)
+        assert tagged(lines).startswith(b"OK" if has or command == "NOOP" else b"BAD"), lines
+
+
 MATRIX = [
     ("SELECT", "r", _select), ("EXAMINE", "r", _examine), ("STATUS", "r", _status),
     ("LIST", "l", _list), ("LIST-STATUS", "r", _list_status),
@@ -314,7 +355,21 @@ MATRIX = [
     ("SETACL", "a", _acl_command("SETACL {name} carol lr")),
     ("DELETEACL", "a", _acl_command("DELETEACL {name} carol")),
     ("LISTRIGHTS", "a", _acl_command("LISTRIGHTS {name} carol")),
-    ("MYRIGHTS", "l", _myrights),
+    ("MYRIGHTS", "l", _myrights), ("LSUB", "l", _lsub),
+    ("REPLACE-target-i", "i", _replace("i")), ("REPLACE-source-t", "t", _replace("t")),
+    ("REPLACE-source-e", "e", _replace("e")), ("SORT/THREAD/UID-FETCH", "r", _sort_thread),
+    ("UID-STORE-seen", "s", _uid_command(
+        "UID STORE 1 +FLAGS (\\Seen)", "s",
+        lambda w, local, has, lines: ok(lines) and (
+            ("\\Seen" in w.flags(local)) == has or pytest.fail(str(lines))))),
+    ("UID-COPY-i", "i", _uid_command(
+        "UID COPY 1 {name}", "i",
+        lambda w, local, has, lines: expect(has, lines) and (
+            len(w.uids(local)) == (3 if has else 2) or pytest.fail(str(lines))))),
+    ("UID-MOVE-source-e", "e", _uid_command(
+        "UID MOVE 1 {name}", "e",
+        lambda w, local, has, lines: expect(has, lines) and (
+            w.uids(local) == ([2, 3] if has else [1, 2]) or pytest.fail(str(lines))))),
 ]
 
 

@@ -88,6 +88,15 @@ def _existing(store, user: str, name: str, with_rights: bool = False):
     return found if with_rights else found[0]
 
 
+def allowed_flags(flags: list[str], rights: frozenset[str]) -> list[str]:
+    """The flags of an APPEND (or REPLACE) that ``rights`` let the user set; the others are
+    left off, silently (RFC 4314 4, as Dovecot)."""
+    changeable = flag_changeable(rights)
+    if changeable is None:
+        return flags
+    return [f for f in flags if all(map(changeable, canonical_flags([f])))]
+
+
 def parse_date_time(raw: bytes) -> float:
     """RFC 3501 date-time: "dd-Mon-yyyy hh:mm:ss +zzzz" (day may be space-padded).
 
@@ -178,13 +187,10 @@ def append(ctx):
 
     def run():
         mailbox, rights = _existing(ctx.store, user, name, with_rights=True)
-        # RFC 4314 4: flags the ACL does not let the user set are left off, silently.
-        changeable = flag_changeable(rights)
         uids = []
         try:
             for flags, date, message in messages:
-                if changeable is not None:
-                    flags = [f for f in flags if all(map(changeable, canonical_flags([f])))]
+                flags = allowed_flags(flags, rights)
                 _validity, uid = ctx.store.append(user, mailbox, message, flags, date)
                 uids.append(uid)
         except BaseException:

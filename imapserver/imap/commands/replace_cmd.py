@@ -19,7 +19,13 @@ from ..context import SELECTED, Bad, No, command
 from ..names import decode_name
 from ..wire import Atom
 from .common import report_changes
-from .message_cmds import _existing, _writable, resolve, take_append_message
+from .message_cmds import (
+    _existing,
+    _writable,
+    allowed_flags,
+    resolve,
+    take_append_message,
+)
 
 
 def _replaced_uid(ctx, token, uid_mode: bool) -> int | None:
@@ -51,12 +57,16 @@ def replace_command(ctx, uid_mode: bool):
         user = ctx.session.user
 
         def run():
-            target = _existing(ctx.store, user, name)  # NO [TRYCREATE] (RFC 8508 3.4)
+            selected.require("te")  # RFC 4314 4 as of now: the replaced message goes
+            # NO [TRYCREATE] (RFC 8508 3.4); "i" on the target as for APPEND, whose flags
+            # the target's ACL does not let the user set are left off.
+            target, rights = _existing(ctx.store, user, name, with_rights=True)
+            kept = allowed_flags(flags, rights)
             # A UID this session does not hold is asked of the store too: it may have come
             # since the last refresh; if it is not there, Expunged (NO [EXPUNGEISSUED]).
             uid = old_uid if old_uid is not None else int(str(token))
             return target, uid, ctx.store.replace(selected.mailbox, uid, target, message,
-                                                  flags, date)
+                                                  kept, date)
         target, uid, (validity, new_uid) = yield ctx.call(run)
     finally:
         # A literal spooled to a file (large messages) is closed whatever became of it: also
