@@ -92,7 +92,7 @@ STORE_OPERATIONS = (
     "create_mailbox", "delete_mailbox", "rename_mailbox", "subscribe", "unsubscribe",
     "append", "fetch", "read_content", "search", "store_flags", "expunge", "copy", "move",
     "replace", "resolve_recipient", "deliver", "quota", "get_metadata", "set_metadata",
-    "notify", "urlauth", "sieve_scripts", "other")
+    "notify", "urlauth", "sieve_scripts", "acl", "other")
 """The values of the ``operation`` label: what a store call does, not the function that
 does it ("other" is a call nobody named yet: a bug to report)."""
 

@@ -33,6 +33,12 @@ class InvalidName(MailStoreError):
     """A user or mailbox name that the store refuses (empty, bad characters, too long, ...)."""
 
 
+class PermissionDenied(MailStoreError):
+    """The caller may see the mailbox but its ACL does not grant what the operation needs
+    (RFC 4314).  A mailbox the caller may not even see raises NotFound instead, with the
+    text a mailbox that does not exist would get, so that nothing tells the two apart."""
+
+
 class TooLarge(MailStoreError):
     """A message over the configured size limit."""
 

@@ -13,7 +13,9 @@ What is checked (docs/decisions/0004-counters-and-fsck.md):
   waiting out its grace period is not a problem: ``--repair`` deletes it once the period is
   over, as the server's sweep does; docs/decisions/0011);
 * import records (``JAMES_IMPORTS``), change-log entries and checkpoints (``JAMES_CHANGES``) and
-  annotations (``JAMES_METADATA``) of mailboxes that no longer exist.
+  annotations (``JAMES_METADATA``) of mailboxes that no longer exist;
+* the ACL grant index (``JAMES_ACL_INDEX``) against the mailboxes' ACL cells, both ways
+  (docs/decisions/0018-acl.md).
 
 Counters are repaired by incrementing them by the difference, never by overwriting them, so a
 repair racing with live traffic cannot erase a concurrent change.  The content reference check
@@ -26,6 +28,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from . import keys
+from .acl import SHARED_OWNER
 from .backends.base import Mutation, decode_counter, prefix_stop
 from .content import INFO, REFS, STARTED, SWEEP_BATCH
 from .imports import UID_CELL
@@ -95,6 +98,7 @@ class Fsck:
             self.check_import_records()
             self.check_change_records()
             self.check_metadata_records()
+            self.check_acl_index()
         return self.report
 
     # -- users and mailboxes -------------------------------------------------------------------
@@ -319,6 +323,39 @@ class Fsck:
             self.report.add("content", f"content {content_id.hex()}",
                             f"{self.refs[content_id]} message(s) refer to missing content",
                             False)
+
+    # -- ACL index (docs/decisions/0018-acl.md) ----------------------------------------------
+
+    def check_acl_index(self) -> None:
+        """The grant index against the ACL cells of the mailbox rows, both ways: an index row
+        whose mailbox is gone or no longer has that entry (a crash between a revocation's two
+        writes: harmless, ignored when read) is removed; an entry the index lacks (which LIST
+        would not find) is indexed again."""
+        table = self.store.grants.index
+        indexed: set[tuple[str, bytes]] = set()
+        for key, _ in table.scan(start=b"", stop=b"\xff", columns=[b"g:r"], batch_size=5000):
+            identifier = key[:-(keys.UUID_LEN + 1)].decode()
+            mailbox_id = key[-keys.UUID_LEN:]
+            mailbox = self.store.mailboxes.load(mailbox_id)
+            self.report.checked["acl index rows"] += 1
+            if mailbox is not None and identifier in mailbox.acl:
+                indexed.add((identifier, mailbox_id))
+                continue
+            if self.repair:
+                table.delete(key)
+            self.report.add("acl", f"mailbox {mailbox_id.hex()}",
+                            f"index row of {identifier} without its ACL entry", self.repair)
+        owners = [u.name for u in self.store.users.list()] + [SHARED_OWNER]
+        for owner in owners:
+            for mailbox in self.store.mailboxes.list(owner):
+                for identifier, letters in mailbox.acl.items():
+                    if (identifier, mailbox.id) in indexed:
+                        continue
+                    if self.repair:
+                        self.store.grants.set(mailbox.id, identifier, frozenset(letters))
+                    self.report.add("acl", f"{owner}:{mailbox.name}",
+                                    f"ACL entry of {identifier} missing from the index",
+                                    self.repair)
 
     # -- import records -------------------------------------------------------------------------
 

@@ -134,6 +134,23 @@ def children_index_prefix(user: str, name: str, delimiter: str = "/") -> bytes:
     return index_key(user, name + delimiter)
 
 
+# -- JAMES_ACL_INDEX: grantee NUL mailbox uuid (docs/decisions/0018-acl.md) ----------------
+
+def acl_index_key(grantee: str, mailbox_id: bytes) -> bytes:
+    if len(mailbox_id) != UUID_LEN:
+        raise ValueError("mailbox id must be 16 bytes")
+    return grantee.encode() + SEP + mailbox_id
+
+
+def acl_index_prefix(grantee: str) -> bytes:
+    """Prefix of every index row of ``grantee`` (a user name or ``anyone``)."""
+    return grantee.encode() + SEP
+
+
+def acl_index_mailbox(key: bytes) -> bytes:
+    return key[-UUID_LEN:]
+
+
 # -- JAMES_INTENTS: source mailbox uuid + intent id -----------------------------------------
 
 def intent_key(mailbox_id: bytes, intent_id: bytes) -> bytes:
@@ -207,6 +224,8 @@ def metadata_key(mailbox_id: bytes | None, private_user: str | None) -> bytes:
     if len(base) != UUID_LEN:
         raise ValueError("mailbox id must be 16 bytes")
     return base + (b"s" if private_user is None else b"p" + private_user.encode())
+
+
 # -- JAMES_URLAUTH_KEYS: user NUL mailbox uuid ---------------------------------------------------
 
 def urlauth_key(user: str, mailbox_id: bytes) -> bytes:
@@ -219,3 +238,8 @@ def urlauth_key(user: str, mailbox_id: bytes) -> bytes:
 def urlauth_user_prefix(user: str) -> bytes:
     """Prefix of every URLAUTH key row of ``user`` (RESETKEY without a mailbox)."""
     return user.encode() + SEP
+
+
+NO_MAILBOX = b"\x00" * (UUID_LEN - 1) + b"\x02"
+"""A mailbox row key no mailbox ever has (no UUID4 has version nibble 0): read in place of a
+mailbox row that does not exist, so a lookup costs the same reads either way."""

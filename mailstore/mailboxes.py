@@ -18,9 +18,10 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from . import keys, names
+from .acl import acl_from_row
 from .backends.base import Backend, Mutation, decode_counter, encode_counter
 from .errors import AlreadyExists, InvalidName, NotFound
 from .schema import MAILBOX_INDEX, MAILBOXES, SUBSCRIPTIONS
@@ -83,6 +84,8 @@ class Mailbox:
     size: int = 0
     recent_uid: int = 0
     """The \\Recent watermark as of the read: UIDs above it are recent to whoever claims them."""
+    acl: dict[str, str] = field(default_factory=dict)
+    """The ACL as of the read: {identifier: rights letters} (RFC 4314; mailstore/acl.py)."""
 
     @property
     def uidnext(self) -> int:
@@ -98,7 +101,8 @@ class Mailbox:
             last_uid=decode_counter(row.get(UID)), visible_uid=decode_counter(row.get(VISIBLE)),
             highest_modseq=decode_counter(row.get(MODSEQ)),
             messages=decode_counter(row.get(COUNT)), unseen=decode_counter(row.get(UNSEEN)),
-            size=decode_counter(row.get(SIZE)), recent_uid=decode_counter(row.get(RECENT)))
+            size=decode_counter(row.get(SIZE)), recent_uid=decode_counter(row.get(RECENT)),
+            acl=acl_from_row(row))
 
 
 class Mailboxes:
@@ -122,14 +126,26 @@ class Mailboxes:
         return {mid: Mailbox.from_row(mid, row) for mid, row in self.rows.rows(mailbox_ids)
                 if row.get(b"m:state") == LIVE}
 
-    def get(self, user: str, name: str) -> Mailbox:
-        """The live mailbox ``name`` of ``user``; NotFound otherwise."""
+    def get(self, user: str, name: str, uniform: bool = False) -> Mailbox:
+        """The live mailbox ``name`` of ``user``; NotFound otherwise.
+
+        ``uniform``: for a lookup on behalf of someone else (another user's namespace), take
+        the same two reads whether the mailbox exists or not, so that the time of a NO does
+        not tell whether a mailbox the caller may not see exists (RFC 4314 6): no id cache
+        (whose hits only names looked up before would get), and a row read in place of the
+        mailbox row when the index has no such name."""
         name = names.normalize_mailbox(name)
         # The mailbox row is the truth, so an id remembered from an earlier lookup is as good
         # as the index row whenever the row it names still says this owner, name and live:
         # while it does, the index row points to it (rename claims the new index row before
         # changing the mailbox row; delete marks the row before dropping the index row).
         # That saves the index read on every delivery and APPEND by name.
+        if uniform:
+            mailbox_id = self.index.row(keys.index_key(user, name), [b"i:id"]).get(b"i:id")
+            mailbox = self._named(mailbox_id if mailbox_id else keys.NO_MAILBOX, user, name)
+            if mailbox is None:
+                raise NotFound(f"no such mailbox: {name}")
+            return mailbox
         remembered = self._ids.get((user, name))
         if remembered is not None:
             mailbox = self._named(remembered, user, name)

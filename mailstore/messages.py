@@ -77,15 +77,25 @@ LISTING = [STATE, FLAGS, ENVELOPE, HEADER]
 EVERYTHING = None
 
 
-def flag_target(mode: str, wanted: frozenset[str], current: frozenset[str]) -> frozenset[str]:
-    """The flags a message has after STORE ``mode`` (add / remove / replace) of ``wanted``."""
+def flag_target(mode: str, wanted: frozenset[str], current: frozenset[str],
+                changeable=None) -> frozenset[str]:
+    """The flags a message has after STORE ``mode`` (add / remove / replace) of ``wanted``.
+
+    ``changeable``: if given, a predicate saying which flags the caller may change (RFC 4314
+    4: \\Seen needs ``s``, \\Deleted ``t``, the others ``w``); the rest keep their current
+    state, silently, as Dovecot's acl plugin does."""
     if mode == "add":
-        return current | wanted
-    if mode == "remove":
-        return current - wanted
-    if mode == "replace":
-        return wanted
-    raise ValueError(f"bad flag mode {mode}")
+        target = current | wanted
+    elif mode == "remove":
+        target = current - wanted
+    elif mode == "replace":
+        target = wanted
+    else:
+        raise ValueError(f"bad flag mode {mode}")
+    if changeable is None:
+        return target
+    return frozenset({f for f in target if changeable(f)}
+                     | {f for f in current if not changeable(f)})
 
 
 def canonical_flags(flags: Iterable[str]) -> frozenset[str]:
@@ -589,7 +599,7 @@ class Messages:
     def store_flags(self, mailbox: Mailbox, uids: Iterable[int], flags: Iterable[str],
                     mode: str = "add", unchanged_since: int | None = None,
                     views: list[MessageView] | None = None, modseqs: Iterable[int] = (),
-                    journal=None) -> tuple[list[tuple[int, Flags]], list[int]]:
+                    journal=None, changeable=None) -> tuple[list[tuple[int, Flags]], list[int]]:
         """Change flags (RFC 3501 6.4.6); returns (changed messages, UIDs that failed the
         UNCHANGEDSINCE test of RFC 7162).  ``views``: the messages' summaries, if the caller
         has just read them (``uids`` is then ignored); ``modseqs``: MODSEQs the caller has
@@ -609,7 +619,7 @@ class Messages:
             return [], []
 
         def target(current: Flags) -> frozenset[str]:
-            return flag_target(mode, wanted, current.names)
+            return flag_target(mode, wanted, current.names, changeable)
         # MODSEQs only for messages whose flags will change, as one block (taken by the caller
         # with its change-log number when it has them).
         will_change = sum(1 for v in views if target(v.flags) != v.flags.names and (

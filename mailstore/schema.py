@@ -98,7 +98,10 @@ MAILBOXES = TableDef(
     purpose="One row per mailbox: who owns it, its name, UIDVALIDITY and its counters.",
     row_key="16-byte mailbox UUID (random, so mailboxes spread over regions)",
     families={
-        "m": "meta: owner, name, uidvalidity, special_use, state (b'live' / b'deleting')",
+        "m": "meta: owner, name, uidvalidity, special_use, state (b'live' / b'deleting'); "
+             "a.<identifier>: the ACL, one cell per identifier (RFC 4314: a user name, "
+             "'anyone', '-' before either for negative rights) holding its rights letters "
+             "(docs/decisions/0018-acl.md)",
         "c": "counters, 8-byte big-endian, changed only by increments (visible by check-and-put): "
              "uid (last allocated UID), visible (UID watermark readers may show), modseq, "
              "count, unseen, size; logseq (last change-log entry allocated) and logmark (the "
@@ -312,9 +315,21 @@ SIEVE_SCRIPTS = TableDef(
            "change",
 )
 
+ACL_INDEX = TableDef(
+    name="JAMES_ACL_INDEX",
+    purpose="Who was granted rights on which mailbox (RFC 4314), so that 'the mailboxes of "
+            "others USER may see' is one prefix scan (docs/decisions/0018-acl.md).  The "
+            "mailbox row's ACL cells are the truth; a row here is a candidate only.",
+    row_key="grantee UTF-8 (a user name or 'anyone', '-' before either for negative "
+            "rights), NUL, 16-byte mailbox UUID",
+    families={"g": "g:r = b'1' (the rights themselves are read from the mailbox row)"},
+    access="put before a grant's mailbox cell, deleted after a revocation's; prefix scan by "
+           "grantee (and 'anyone') for LIST and NAMESPACE listings of shared mailboxes",
+)
+
 TABLES: tuple[TableDef, ...] = (MAILBOXES, MAILBOX_INDEX, MESSAGES, CONTENT, SUBSCRIPTIONS,
                                 USERS, INTENTS, IMPORTS, CHANGES, OUTBOX, METADATA,
-                                URLAUTH_KEYS, SIEVE_SCRIPTS)
+                                URLAUTH_KEYS, SIEVE_SCRIPTS, ACL_INDEX)
 
 
 SPLIT_ALGORITHMS = {"uniform": "UniformSplit", "hex": "HexStringSplit"}

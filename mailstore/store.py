@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 from . import keys, names
+from .acl import SHARED_OWNER, Grants, flag_changeable
 from .backends import open_backend
 from .backends.base import Backend, Mutation, decode_counter, delete_rows
 from .changelog import ChangeLog
@@ -122,8 +123,16 @@ class MailStore:
         self.annotations = Annotations(self.metadata, self.mailboxes)
         self.urlauth = UrlauthKeys(backend)
         self._chunk_size = chunk_size
+        self.grants = Grants(backend)
         self._sieve_scripts = SieveScripts(backend, limits=sieve_limits, clock=clock,
                                            user_exists=self.users.get)
+
+    def _bump(self, user: str, column: bytes) -> None:
+        """Announce a change of ``user``'s mailbox list, subscriptions or annotations (what
+        NOTIFY polls).  Shared/'s owner has no account and no users row to count in: a
+        change there is not announced (decision 0021)."""
+        if user != SHARED_OWNER:
+            self.users.bump(user, column)
 
     @property
     def sieve_scripts(self) -> SieveScripts:
@@ -175,6 +184,8 @@ class MailStore:
 
     def check_quota(self, user: str, add_bytes: int, add_messages: int) -> None:
         """Raise OverQuota if storing this much more would take ``user`` over a limit."""
+        if user == SHARED_OWNER:
+            return  # shared mailboxes (Shared/...) have no account, so no limits
         account = self.users.get(user)
         if account.storage_limit is None and account.message_limit is None:
             return  # no limits: skip adding up the mailboxes
@@ -184,6 +195,8 @@ class MailStore:
         """``user``'s limits and usage (octets and messages in all their mailboxes, from the
         mailbox counters).  The mailboxes are not added up for a user without limits: usage
         is then reported as 0.  Raises NotFound."""
+        if user == SHARED_OWNER:
+            return QuotaUsage(0, None, 0, None)
         account = self.users.get(user)
         if account.storage_limit is None and account.message_limit is None:
             return QuotaUsage(0, None, 0, None)
@@ -211,6 +224,10 @@ class MailStore:
         user = self.users.get(name).name
         for mailbox in self.mailboxes.list(user):
             self._delete_mailbox(mailbox)
+        # Grants to the user go too: a new account of the same name must not inherit them.
+        for mailbox_id in self.grants.candidates(user, with_anyone=False):
+            for identifier in (user, "-" + user):
+                self.grants.set(mailbox_id, identifier, frozenset())
         self.mailboxes.drop_subscriptions(user)
         self.metadata.drop_user(user)
         self.urlauth.reset_all(user)
@@ -223,7 +240,8 @@ class MailStore:
     def create_mailbox(self, user: str, name: str, special_use: str | None = None) -> Mailbox:
         """Create ``name`` (RFC 3501 6.3.3); missing parents are created too."""
         name = names.normalize_mailbox(name)
-        self.users.get(user)  # NotFound for an unknown user: no mailbox rows without an owner
+        if user != SHARED_OWNER:  # the owner of Shared/ has no account (acl.SHARED_OWNER)
+            self.users.get(user)  # NotFound for an unknown user: no mailbox rows without owner
         try:
             for parent in names.parent_names(name):
                 try:
@@ -232,7 +250,7 @@ class MailStore:
                     pass
             return self.mailboxes.create(user, name, special_use)
         finally:
-            self.users.bump(user, NAMES_GENERATION)  # a parent may be new even if it failed
+            self._bump(user, NAMES_GENERATION)  # a parent may be new even if it failed
 
     def mailbox(self, user: str, name: str, recover: bool = True) -> Mailbox:
         """The mailbox with fresh counters; rolls forward stale moves/expunges of it first."""
@@ -264,7 +282,7 @@ class MailStore:
         try:
             return self._rename_mailbox(user, old, new)
         finally:
-            self.users.bump(user, NAMES_GENERATION)
+            self._bump(user, NAMES_GENERATION)
 
     def _rename_mailbox(self, user: str, old: str, new: str) -> list[Mailbox]:
         if names.normalize_mailbox(old) == "INBOX":
@@ -293,7 +311,7 @@ class MailStore:
         try:
             self._delete_mailbox(mailbox)
         finally:
-            self.users.bump(user, NAMES_GENERATION)
+            self._bump(user, NAMES_GENERATION)
 
     def _delete_mailbox(self, mailbox: Mailbox) -> None:
         # Operations on it that died are finished first (a copy into it holds references
@@ -303,6 +321,7 @@ class MailStore:
         # Invisible first, then the messages, then the row: a crash leaves a 'deleting' row
         # that fsck finishes off, never messages without a mailbox.
         self.mailboxes.mark_deleting(mailbox)
+        self.grants.forget(mailbox.id, mailbox.acl)
         purge_mailbox_messages(self, mailbox)
         for key, _op, _at in self.transfers.pending(mailbox.id):
             self.transfers.intents.delete(key)
@@ -320,17 +339,17 @@ class MailStore:
     @durable
     def subscribe(self, user: str, name: str) -> None:
         self.mailboxes.subscribe(user, name)
-        self.users.bump(user, SUBSCRIPTIONS_GENERATION)
+        self._bump(user, SUBSCRIPTIONS_GENERATION)
 
     @durable
     def unsubscribe(self, user: str, name: str) -> None:
         self.mailboxes.unsubscribe(user, name)
-        self.users.bump(user, SUBSCRIPTIONS_GENERATION)
+        self._bump(user, SUBSCRIPTIONS_GENERATION)
 
     def note_metadata_change(self, user: str) -> None:
         """Tell NOTIFY sessions that ``user``'s mailbox or server metadata changed (RFC 5465
         5.8, 5.9): for the METADATA commands to call after each change they make."""
-        self.users.bump(user, METADATA_GENERATION)
+        self._bump(user, METADATA_GENERATION)
 
     def generations(self, users: list[str]) -> dict[str, tuple[int, int, int]]:
         """Where each user's mailbox list, subscriptions and metadata stand: (names,
@@ -413,11 +432,12 @@ class MailStore:
         not counted against the quota."""
         credit_bytes, credit_messages = credit
         if isinstance(mailbox_name, Mailbox):
-            if mailbox_name.owner != user:
-                raise NotFound(f"no such mailbox: {mailbox_name.name}")
+            # Another user's mailbox too, once the caller has checked the ACL (sharing.py):
+            # the message is stored once, in the owner's mailbox, on the owner's quota.
             mailbox = mailbox_name
         else:
             mailbox = self.mailboxes.get(user, mailbox_name)
+        user = mailbox.owner
         self.check_quota(user, (size or 0) - credit_bytes, 1 - credit_messages)
         stored = self.ingest(source)
         try:
@@ -606,13 +626,17 @@ class MailStore:
         return self.content.sweep()
 
     def store_flags(self, mailbox: Mailbox, uids: Iterable[int], flags: Iterable[str],
-                    mode: str = "add", unchanged_since: int | None = None):
+                    mode: str = "add", unchanged_since: int | None = None,
+                    rights: frozenset[str] | None = None):
         """STORE (RFC 3501 6.4.6).  Not fsynced, as Dovecot's default fsync_mode does not sync
         flag changes: they survive a crash of the process, and a power cut may lose the last
-        ones, never a message.  Logged in the change log, so other sessions learn of it."""
+        ones, never a message.  Logged in the change log, so other sessions learn of it.
+        ``rights``: the caller's ACL rights on the mailbox (RFC 4314 4), if not all: flags it
+        may not change keep their state (acl.flag_changeable)."""
         if mode not in ("add", "remove", "replace"):
             raise ValueError(f"bad flag mode {mode}")
         wanted = canonical_flags(flags)
+        changeable = flag_changeable(rights)
         uids = list(uids)
         changed: list[tuple[int, Flags]] = []
         failed: list[int] = []
@@ -626,7 +650,8 @@ class MailStore:
             for view in views:
                 if unchanged_since is not None and view.flags.modseq > unchanged_since:
                     failed.append(view.uid)
-                elif flag_target(mode, wanted, view.flags.names) != view.flags.names:
+                elif flag_target(mode, wanted, view.flags.names, changeable) \
+                        != view.flags.names:
                     moving.append(view)
             if not moving:
                 continue
@@ -636,7 +661,8 @@ class MailStore:
                 top = taken[MODSEQ]
                 done, missed = self.messages.store_flags(
                     mailbox, (), wanted, mode, unchanged_since, views=moving,
-                    modseqs=range(top - len(moving) + 1, top + 1), journal=self.transfers)
+                    modseqs=range(top - len(moving) + 1, top + 1), journal=self.transfers,
+                    changeable=changeable)
             changed += done
             failed += missed
         return changed, sorted(failed)
@@ -683,19 +709,45 @@ class MailStore:
         return validity, new_uid
 
     @durable
-    def copy(self, source: Mailbox, uids: Iterable[int], target: Mailbox
-             ) -> list[tuple[int, int]]:
+    def copy(self, source: Mailbox, uids: Iterable[int], target: Mailbox,
+             rights: frozenset[str] | None = None) -> list[tuple[int, int]]:
+        """COPY (RFC 3501 6.4.7).  ``rights``: the caller's ACL rights on ``target`` if not
+        all: the copies lose the flags those do not let the caller set (RFC 4314 4)."""
         uids = list(uids)
         views = self.messages.get(source.id, uids, SUMMARY)
         self.check_quota(target.owner, sum(v.record.size for v in views), len(views))
-        return self.transfers.copy(source, uids, target)
+        pairs = self.transfers.copy(source, uids, target)
+        self._drop_unpermitted_flags(target, [new for _old, new in pairs], rights)
+        return pairs
+
+    def _drop_unpermitted_flags(self, target: Mailbox, uids: list[int],
+                                rights: frozenset[str] | None) -> None:
+        """Remove from the new messages ``uids`` the flags ``rights`` do not let their
+        writer set (a second step after the copy or move: other sessions may glimpse them
+        in between, which shows nothing the messages did not already have)."""
+        changeable = flag_changeable(rights)
+        if changeable is None or not uids:
+            return
+        drop: dict[frozenset[str], list[int]] = {}
+        for view in self.messages.get(target.id, uids, SUMMARY):
+            unpermitted = frozenset(f for f in view.flags.names if not changeable(f))
+            if unpermitted:
+                drop.setdefault(unpermitted, []).append(view.uid)
+        for flags, which in drop.items():
+            self.store_flags(target, which, flags, "remove")
 
     @durable
-    def move(self, source: Mailbox, uids: Iterable[int], target: Mailbox
-             ) -> list[tuple[int, int]]:
+    def move(self, source: Mailbox, uids: Iterable[int], target: Mailbox,
+             rights: frozenset[str] | None = None) -> list[tuple[int, int]]:
+        """MOVE (RFC 6851); ``rights`` as for :meth:`copy`."""
+        uids = list(uids)
         if source.owner != target.owner:
-            raise InvalidName("messages can only move between one user's mailboxes")
-        return self.transfers.move(source, uids, target)
+            # Into a shared mailbox (the caller checked the ACL): the owner's quota takes it.
+            views = self.messages.get(source.id, uids, SUMMARY)
+            self.check_quota(target.owner, sum(v.record.size for v in views), len(views))
+        pairs = self.transfers.move(source, uids, target)
+        self._drop_unpermitted_flags(target, [new for _old, new in pairs], rights)
+        return pairs
 
     # -- administration (mailadmin) --------------------------------------------------------------
 

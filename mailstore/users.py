@@ -121,6 +121,10 @@ class Users:
 
     def create(self, name: str, password: str | None) -> str:
         user = names.normalize_user(name)
+        if user == "anyone":
+            # RFC 4314 2: the ACL identifier of every user; an account of that name could
+            # not be told apart from it.
+            raise InvalidName("'anyone' is reserved (the ACL identifier of every user)")
         pw = hash_password(password) if password else "!"  # "!" never verifies
         if not self.table.check_and_put(keys.user_key(user), PASSWORD, None, PASSWORD, pw.encode()):
             raise AlreadyExists(f"user already exists: {user}")

@@ -127,6 +127,54 @@ def _dovecot_marked(ours: Event, dovecot: Event) -> bool:
     return changed
 
 
+@deliberate("acl-rights-order",
+            "RFC 4314 rights are a set and an ACL response's identifiers come in no set order "
+            "(3.6); Dovecot writes rights in the order they were granted (\"kxlrc\") and the "
+            "owner's entry last, we write them in one fixed order (lrwstipekxa, then c, d) and "
+            "the entries sorted. Both sorted here: the letters of every rights string of ACL, "
+            "MYRIGHTS and LISTRIGHTS responses, and ACL's (identifier, rights) pairs.")
+def _acl_rights_order(ours: Event, dovecot: Event) -> bool:
+    changed = False
+    for event in (ours, dovecot):
+        for r in _data(event, b"ACL"):
+            pairs = [(r.data[i], bytes(sorted(r.data[i + 1] or b"")))
+                     for i in range(2, len(r.data) - 1, 2)]
+            new = r.data[:2] + [x for pair in sorted(pairs) for x in pair]
+            changed |= new != r.data
+            r.data[:] = new
+        for r in _data(event, b"MYRIGHTS"):
+            if len(r.data) == 3 and isinstance(r.data[2], bytes):
+                new = bytes(sorted(r.data[2]))
+                changed |= new != r.data[2]
+                r.data[2] = new
+    return changed
+
+
+@deliberate("namespace-shared",
+            "NAMESPACE (RFC 2342 5) announces our other users' namespace (\"Other Users/\") "
+            "and shared namespace (\"Shared/\") for ACL sharing (RFC 4314); a Dovecot with "
+            "no such namespace configured has NIL there (tests/test_differential_acl.py "
+            "configures the other users' one; its public namespace needs a mail location of "
+            "its own). Ours is set to NIL where Dovecot's is.")
+def _namespace_shared(ours: Event, dovecot: Event) -> bool:
+    changed = False
+    theirs = _data(dovecot, b"NAMESPACE")
+    for r, other in zip(_data(ours, b"NAMESPACE"), theirs, strict=False):
+        for i, prefix in ((2, b"Other Users/"), (3, b"Shared/")):
+            if len(r.data) > i and len(other.data) > i and other.data[i] is None \
+                    and r.data[i] == [[prefix, b"/"]]:
+                r.data[i] = None
+                changed = True
+    return changed
+
+
+answers("acl-expunge-noperm",
+        "EXPUNGE without the e right (RFC 4314 4) answers NO [NOPERM] here (RFC 5530 3: the "
+        "ACL does not permit it), so the client knows nothing was expunged; Dovecot answers "
+        "OK and expunges nothing.",
+        {"EXPUNGE": (["tag NO [NOPERM]"], ["tag OK"])})
+
+
 @deliberate("dovecot-lsub-special-use",
             "Dovecot puts special-use attributes on LSUB responses; RFC 6154 defines them for "
             "LIST only and we send none on LSUB. Removed from Dovecot's.")

@@ -301,7 +301,7 @@ script("status", [
 script("namespace-id-enable", s(
     "A", "NAMESPACE", "ID NIL", 'ID ("name" "differential" "version" "1")', "ENABLE FOO",
     "ENABLE IMAP4rev1", "ENABLE", "NAMESPACE extra"),
-    deliberate=("strict-syntax", "enable-empty"))
+    deliberate=("strict-syntax", "enable-empty", "namespace-shared"))
 
 # -- APPEND -------------------------------------------------------------------------------------
 
@@ -751,6 +751,7 @@ def test_dovecot_advertises_what_we_do(differential):
     assert "IMAP4rev1" in ours
     # OBJECTID (RFC 8474): Debian's Dovecot 2.3.19 does not implement it (BAD to EMAILID and
     # STATUS MAILBOXID), so it has no judge here; tests/test_imap_objectid.py checks it.
+    from test_differential_acl import CAPABILITIES_JUDGED_HERE as ACL_JUDGED  # acl plugins
     from test_differential_catenate import CAPABILITIES_JUDGED_HERE as CATENATE_JUDGED
     from test_differential_compress import CAPABILITIES_JUDGED_HERE as COMPRESS_JUDGED
     from test_differential_metadata import CAPABILITIES_JUDGED_HERE as METADATA_JUDGED
@@ -765,7 +766,7 @@ def test_dovecot_advertises_what_we_do(differential):
                              *CAPABILITIES_JUDGED_HERE, *COMPRESS_JUDGED, *METADATA_JUDGED,
                              # URLAUTH needs imap_urlauth_host: that Dovecot is the one of
                              # tests/test_differential_catenate.py.
-                             *CATENATE_JUDGED}
+                             *CATENATE_JUDGED, *ACL_JUDGED}
 
 
 def test_expunges_first_is_the_common_order():

@@ -16,6 +16,7 @@ import pytest
 
 from mailstore import config
 from mailstore.schema import (
+    ACL_INDEX,
     CONTENT,
     MAILBOX_INDEX,
     OUTBOX,
@@ -114,7 +115,8 @@ def test_uuid_tables_are_pre_split_and_user_tables_are_not():
         {t.name for t in TABLES if t.split is None}
     for table in TABLES:
         split = [h for h in created[table.name] if "NAME" not in h]
-        if table in (MAILBOX_INDEX, USERS, SUBSCRIPTIONS, OUTBOX, URLAUTH_KEYS, SIEVE_SCRIPTS):
+        if table in (MAILBOX_INDEX, USERS, SUBSCRIPTIONS, OUTBOX, URLAUTH_KEYS, SIEVE_SCRIPTS,
+                     ACL_INDEX):
             assert split == [], table.name
         else:
             assert split == [{"NUMREGIONS": "48", "SPLITALGO": "'UniformSplit'"}], table.name

@@ -246,18 +246,18 @@ def test_two_processes_share_one_recent_watermark(tmp_path):
     with ServerProcess(data) as one, ServerProcess(data) as two:
         a, b, writer = connect(one.port), connect(two.port), connect(one.port)
         try:
-            ok(writer, "CREATE Shared")
+            ok(writer, "CREATE Common")
             for n in range(3):
-                add(writer, "Shared", n)
-            assert recent_count(ok(b, "SELECT Shared")) == 3
-            assert recent_count(ok(a, "SELECT Shared")) == 0
-            add(writer, "Shared", 3)
+                add(writer, "Common", n)
+            assert recent_count(ok(b, "SELECT Common")) == 3
+            assert recent_count(ok(a, "SELECT Common")) == 0
+            add(writer, "Common", 3)
             got_b, got_a = ok(b, "NOOP"), ok(a, "NOOP")
             assert (recent_count(got_a), recent_count(got_b)) == (None, 4)
             # Delivered through the other process while both have it selected: whoever looks
             # first, exactly one of them gets it.
             other_writer = connect(two.port)
-            add(other_writer, "Shared", 4)
+            add(other_writer, "Common", 4)
             other_writer.close()
             deadline = time.monotonic() + 5
             while time.monotonic() < deadline and b"* 5 EXISTS" not in ok(a, "NOOP"):
@@ -266,7 +266,7 @@ def test_two_processes_share_one_recent_watermark(tmp_path):
             recent_a = [u for u, f in flags_of(a).items() if b"\\Recent" in f]
             recent_b = [u for u, f in flags_of(b).items() if b"\\Recent" in f]
             assert recent_a == [5] and recent_b == [1, 2, 3, 4]
-            assert ok(writer, "STATUS Shared (RECENT)")[0] == b"* STATUS Shared (RECENT 0)"
+            assert ok(writer, "STATUS Common (RECENT)")[0] == b"* STATUS Common (RECENT 0)"
         finally:
             close_all(a, b, writer)
 

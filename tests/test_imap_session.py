@@ -208,21 +208,21 @@ def test_multiappend_and_appenduid(client):
 def test_store_expunge_and_other_session_sees_it_at_noop(server, client):
     """6.4.3, 6.4.6; 7.4.1: another session learns of the expunge at NOOP."""
     login(client)
-    fresh_mailbox(client, "Shared")
+    fresh_mailbox(client, "Common")
     for i in range(3):
-        append(client, "Shared", message(i))
+        append(client, "Common", message(i))
     other = Client(server.port)
     try:
         login(other)
-        assert b"* 3 EXISTS" in other.cmd("o1", "SELECT Shared")
-        client.cmd("s", "SELECT Shared")
+        assert b"* 3 EXISTS" in other.cmd("o1", "SELECT Common")
+        client.cmd("s", "SELECT Common")
         lines = client.cmd("s1", "STORE 2 +FLAGS (\\Deleted)")
         assert lines[0] == b"* 2 FETCH (FLAGS (\\Deleted))"
         lines = client.cmd("s2", "EXPUNGE")
         assert lines[:-1] == [b"* 2 EXPUNGE"]
         lines = other.cmd("o2", "NOOP")
         assert b"* 2 EXPUNGE" in lines
-        append(client, "Shared", message(9))
+        append(client, "Common", message(9))
         assert b"* 3 EXISTS" in other.cmd("o3", "NOOP")
         client.cmd("s3", "STORE 1 FLAGS.SILENT (\\Flagged)")
         # ``other`` selected first, so message 1 is \Recent to it (RFC 3501 2.3.2).
@@ -385,7 +385,8 @@ def test_small_extensions_do_what_they_advertise(client):
     assert client.cmd("i3", 'ID ("odd")')[-1].startswith(b"i3 BAD")
     token = base64.b64encode(b"\x00alice\x00wonderland").decode()
     assert client.cmd("a", f"AUTHENTICATE PLAIN {token}")[-1].startswith(b"a OK [CAPABILITY")
-    assert client.cmd("n", "NAMESPACE")[0] == b'* NAMESPACE (("" "/")) NIL NIL'
+    assert client.cmd("n", "NAMESPACE")[0] == \
+        b'* NAMESPACE (("" "/")) (("Other Users/" "/")) (("Shared/" "/"))'
     assert client.cmd("e", "ENABLE X-UNKNOWN")[0] == b"* ENABLED"  # RFC 5161 3.1: ignored
     fresh_mailbox(client, "Listed")
     append(client, "Listed", message(1))

@@ -38,6 +38,9 @@ _OPERATION_OF_FUNCTION = {
     "get_metadata": "get_metadata", "set_metadata": "set_metadata",  # RFC 5464
     # NOTIFY (RFC 5465): its first look, and a delivery's reads.
     "_load": "notify", "_gather": "notify",
+    # RFC 4314 (mailstore/sharing.py): GETACL, LISTRIGHTS and MYRIGHTS open the mailbox to
+    # read its ACL; SETACL and DELETEACL change it.
+    "open_mailbox": "acl", "set_acl": "acl", "delete_acl": "acl",
 }
 _OPERATION_OF_COMMAND = {  # closures (``def run()``) of these commands
     "DELETE": "delete_mailbox", "STATUS": "mailbox_status", "APPEND": "append",

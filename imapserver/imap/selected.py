@@ -32,7 +32,9 @@ from dataclasses import dataclass, field
 
 from twisted.python import log
 
-from mailstore.errors import MailStoreError
+from mailstore import sharing
+from mailstore.acl import ALL_RIGHTS
+from mailstore.errors import MailStoreError, PermissionDenied
 from mailstore.index import MailboxIndex, Marks
 from mailstore.mailboxes import Mailbox
 from mailstore.store import MailStore
@@ -72,10 +74,17 @@ class Changes:
 class SelectedMailbox:
     """A session's view of one mailbox.  Methods that touch the store run in a thread."""
 
-    def __init__(self, store: MailStore, mailbox: Mailbox, readonly: bool):
+    def __init__(self, store: MailStore, mailbox: Mailbox, readonly: bool,
+                 rights: frozenset[str] = ALL_RIGHTS, viewer: str | None = None):
         self.store = store
         self.mailbox = mailbox
         self.readonly = readonly
+        # The session's ACL rights on the mailbox as of SELECT (RFC 4314): what STORE,
+        # EXPUNGE, MOVE and a FETCH that would set \Seen may do here.
+        self.rights = rights
+        # Who looks, when it is not the owner: their rights are read again at each refresh,
+        # so a revoked "r" stops the updates (IDLE included) at the next one.
+        self.viewer = viewer if viewer != mailbox.owner else None
         self.index = MailboxIndex(_ZERO)
         self.recent: set[int] = set()
         self.recent_mark = mailbox.recent_uid  # the \Recent watermark as last seen
@@ -221,12 +230,27 @@ class SelectedMailbox:
 
     # -- refresh ----------------------------------------------------------------------------
 
+    def require(self, need: str) -> frozenset[str]:
+        """The session's rights as the ACL says now (re-read for a session on another
+        user's mailbox: one get), raising PermissionDenied unless they hold every right in
+        ``need`` (RFC 4314 4).  Called by changing commands in their store call, so a right
+        taken away counts from the next command on, refresh or not."""
+        if self.viewer is not None:
+            self.rights = sharing.current_rights(self.store, self.viewer, self.mailbox)
+        if not set(need) <= self.rights:
+            raise PermissionDenied("Permission denied")
+        return self.rights
+
     def refresh(self, hold_expunges: bool = False) -> Changes:
         """Learn what changed since the last look; apply it to the sequence numbers.
 
         ``hold_expunges``: no command is in progress, when RFC 3501 7.4.1 allows no EXPUNGE
         (NOTIFY's SELECTED-DELAYED, RFC 5465 6.1.2): messages found gone stay numbered, and
         are reported by the next refresh without it."""
+        if self.viewer is not None:
+            self.rights = sharing.current_rights(self.store, self.viewer, self.mailbox)
+            if "r" not in self.rights:
+                return Changes()  # RFC 4314 4: nothing of the mailbox without "r"
         known = self.index.marks.visible
         changes = self._look(hold_expunges)
         self._take_recent(known)

@@ -26,6 +26,7 @@ _ERROR_CODES = {
     errors.NotFound: "NONEXISTENT",
     errors.AlreadyExists: "ALREADYEXISTS",
     errors.InvalidName: "CANNOT",
+    errors.PermissionDenied: "NOPERM",  # RFC 5530 3, RFC 4314
     errors.OverQuota: "OVERQUOTA",
     errors.TooLarge: "TOOBIG",
     errors.Conflict: "INUSE",

@@ -59,6 +59,7 @@ class Session:
         caps += ["URLAUTH", "URL-PARTIAL"]  # RFC 4467 2; RFC 5550: ;PARTIAL= in URLs
         caps.append("COMPRESS=DEFLATE")  # RFC 4978 3 (the command needs a login)
         caps.append("NOTIFY")  # RFC 5465
+        caps += ["ACL", "RIGHTS=texk", "LIST-MYRIGHTS"]  # RFC 4314 2.1.1, 3; RFC 8440
         if self.user is None:
             if not self.tls and self.server.tls_context is not None:
                 caps.append("STARTTLS")

@@ -16,7 +16,16 @@ import sys
 
 from .. import config as configmod
 from ..errors import MailStoreError
-from . import mailbox_cmd, metadata_cmd, queue_cmd, sieve_cmd, store_cmd, transfer, users_cmd
+from . import (
+    acl_cmd,
+    mailbox_cmd,
+    metadata_cmd,
+    queue_cmd,
+    sieve_cmd,
+    store_cmd,
+    transfer,
+    users_cmd,
+)
 from .context import Context, load_config
 from .output import EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE, Failure, UsageError
 
@@ -60,6 +69,7 @@ def build_parser() -> argparse.ArgumentParser:
     metadata_cmd.register(sub, common)
     sieve_cmd.register(sub, common)
     store_cmd.register(sub, common)
+    acl_cmd.register(sub, common)
     return parser
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from .. import sharing
+from ..acl import SHARED
 from ..mailboxes import SPECIAL_USE, describe
 from .output import EXIT_OK, Column, UsageError, confirm, emit, size, table
 
@@ -10,9 +12,13 @@ def register(sub, common) -> None:
     mailbox = sub.add_parser("mailbox", parents=[common], help="manage a user's mailboxes")
     msub = mailbox.add_subparsers(dest="mailbox_command", metavar="COMMAND", required=True)
 
-    create = msub.add_parser("create", parents=[common], help="create a mailbox (and parents)")
-    create.add_argument("user")
-    create.add_argument("name")
+    create = msub.add_parser("create", parents=[common], help="create a mailbox (and parents)",
+                             usage="%(prog)s [--shared] [USER] NAME [options]")
+    create.add_argument("words", nargs="+", metavar="ARG",
+                        help="USER NAME, or NAME alone with --shared")
+    create.add_argument("--shared", action="store_true",
+                        help="a mailbox of the shared namespace (IMAP: Shared/NAME), owned by "
+                             "no user; give rights with `mailadmin acl set --shared`")
     create.add_argument("--special-use", type=special_use, metavar="ATTR",
                         help=f"RFC 6154 attribute: {', '.join(SPECIAL_USE)}")
     create.add_argument("--subscribe", action="store_true", help="subscribe the user to it")
@@ -56,8 +62,18 @@ def special_use(text: str) -> str:
 
 def mailbox_create(ctx) -> int:
     args = ctx.args
-    user = ctx.user(args.user)
-    box = ctx.store.create_mailbox(user, args.name, args.special_use)
+    if len(args.words) != (1 if args.shared else 2):
+        raise UsageError("expected NAME with --shared, else USER NAME")
+    if args.shared:
+        if args.subscribe:
+            raise UsageError("--subscribe needs a USER")
+        box = sharing.admin_create_shared(ctx.store, args.words[0])
+        emit(args, {"user": None, "created": f"{SHARED}/{box.name}",
+                    "uidvalidity": box.uidvalidity},
+             lambda: f"created shared mailbox {SHARED}/{box.name}")
+        return EXIT_OK
+    user = ctx.user(args.words[0])
+    box = ctx.store.create_mailbox(user, args.words[1], args.special_use)
     if args.subscribe:
         ctx.store.subscribe(user, box.name)
     emit(args, {"user": user, "created": box.name, "uidvalidity": box.uidvalidity},

@@ -1,6 +1,7 @@
 """IMAP commands, one command group to a module; importing this registers them all."""
 
 from . import (  # noqa: F401
+    acl_cmds,
     auth,
     basic,
     compress,

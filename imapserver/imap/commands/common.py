@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from twisted.internet import defer
 
+from mailstore.acl import flag_changeable
+
 from ..context import Bad
 from ..selected import Changes
 
@@ -20,15 +22,24 @@ def flags_list(names, recent: bool = False) -> bytes:
     return b"(" + " ".join(words).encode() + b")"
 
 
-def flags_lines(keywords, readonly: bool) -> list[bytes]:
+def flags_lines(keywords, readonly: bool, rights=None) -> list[bytes]:
     """``FLAGS`` and ``OK [PERMANENTFLAGS]`` for a mailbox whose keywords are ``keywords``
     (RFC 3501 7.2.6, 7.1): at SELECT, and again, before anything shows it, whenever a keyword
-    comes into use -- in this session or any other (as Dovecot does)."""
+    comes into use -- in this session or any other (as Dovecot does).  ``rights``: the
+    session's ACL rights on the mailbox, if not all: PERMANENTFLAGS then lists only the flags
+    they let it change (RFC 4314 4: \\Seen with ``s``, \\Deleted with ``t``, the others
+    and new keywords with ``w``)."""
     flags = " ".join([*SYSTEM_FLAGS, *keywords])
     if readonly:
         return [f"FLAGS ({flags})".encode(), b"OK [PERMANENTFLAGS ()] Read-only mailbox"]
+    changeable = flag_changeable(rights)
+    if changeable is None:
+        permanent = f"{flags} \\*"
+    else:
+        allowed = [f for f in [*SYSTEM_FLAGS, *keywords] if changeable(f)]
+        permanent = " ".join(allowed + (["\\*"] if changeable("$any") else []))
     return [f"FLAGS ({flags})".encode(),
-            f"OK [PERMANENTFLAGS ({flags} \\*)] Flags permitted".encode()]
+            f"OK [PERMANENTFLAGS ({permanent})] Flags permitted".encode()]
 
 
 def announce_keywords(ctx, shown=()) -> None:
@@ -37,7 +48,7 @@ def announce_keywords(ctx, shown=()) -> None:
     selected = ctx.session.selected
     keywords = selected.new_keywords(shown)
     if keywords is not None:
-        for line in flags_lines(keywords, selected.readonly):
+        for line in flags_lines(keywords, selected.readonly, selected.rights):
             ctx.untagged(line)
 
 
@@ -65,7 +76,8 @@ def changes_lines(changes: Changes, with_uid: bool = True, readonly: bool = Fals
     ``session`` a FETCH carries MODSEQ (RFC 7162 3.1.4.1); with QRESYNC, expunges go as one
     VANISHED instead of EXPUNGEs (3.2.10), still after the REMOVEFROMs."""
     condstore, qresync = modseq_modes(session)
-    lines = flags_lines(changes.keywords, readonly) if changes.keywords else []
+    rights = getattr(getattr(session, "selected", None), "rights", None)
+    lines = flags_lines(changes.keywords, readonly, rights) if changes.keywords else []
     lines += changes.context_before
     if qresync and changes.expunged_uids:
         lines.append(vanished_line(changes.expunged_uids))

@@ -332,7 +332,9 @@ def fetch_command(ctx, uid_mode: bool):
     needs: set[str] = set()
     for item in items:
         needs |= item.needs
-    set_seen = any(i.sets_seen for i in items) and not selected.readonly
+    # RFC 4314 4: without "s" a FETCH of a body leaves \Seen alone, and is no error.
+    set_seen = any(i.sets_seen for i in items) and not selected.readonly \
+        and "s" in selected.rights
     columns = _columns(needs)
     step = CONTENT_BATCH if CONTENT in needs else BATCH
     gone = 0

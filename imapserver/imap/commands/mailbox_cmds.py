@@ -16,7 +16,8 @@
     status-att  =/ "SIZE"                      ; RFC 8438: sum of RFC822.SIZE, number64
     status-att  =/ "MAILBOXID"                 ; RFC 8474 4.3: "MAILBOXID" SP "(" objectid ")"
     resp-text-code =/ "MAILBOXID" SP "(" objectid ")"   ; RFC 8474 4.1: CREATE, SELECT, EXAMINE
-    namespace   = "NAMESPACE"                  ; RFC 2342
+    namespace   = "NAMESPACE"                  ; RFC 2342: personal, other users', shared
+    list-return-opt =/ "MYRIGHTS"              ; RFC 8440: a MYRIGHTS response per mailbox
     unselect    = "UNSELECT"                   ; RFC 3691
     close       = "CLOSE"                      ; 6.4.2
 """
@@ -25,6 +26,8 @@ from __future__ import annotations
 
 from twisted.internet import defer
 
+from mailstore import sharing
+from mailstore.acl import WRITE_RIGHTS, format_rights, public_name
 from mailstore.errors import NotFound
 from mailstore.objectids import mailbox_id
 
@@ -62,8 +65,11 @@ def _open(store, user: str, name: str, readonly: bool, modseqs: bool = False,
     """Open the mailbox: the session's view, its HIGHESTMODSEQ (RFC 7162 3.1.2.1) and, for a
     QRESYNC SELECT whose UIDVALIDITY still holds, the VANISHED (EARLIER) and FETCH responses
     that resync the client (3.2.5.2)."""
-    mailbox = store.mailbox(user, name)
-    selected = SelectedMailbox(store, mailbox, readonly)
+    # RFC 4314 4: SELECT and EXAMINE need "r"; read-only without any right to change
+    # something (s, w, i, t, e), as Dovecot answers.
+    mailbox, rights = sharing.open_mailbox(store, user, name, "r")
+    readonly = readonly or not rights & WRITE_RIGHTS
+    selected = SelectedMailbox(store, mailbox, readonly, rights, viewer=user)
     selected.load()
     selected.modseqs = modseqs
     highest = selected.highest_modseq()
@@ -109,7 +115,8 @@ def _select(ctx, readonly: bool):
     selected, highest, resync = yield ctx.call(_open, ctx.store, ctx.session.user, name,
                                                readonly, condstore, params.qresync)
     ctx.session.selected = selected
-    for line in flags_lines(sorted(selected.announced), readonly):
+    readonly = selected.readonly
+    for line in flags_lines(sorted(selected.announced), readonly, selected.rights):
         ctx.untagged(line)
     ctx.untagged(b"%d EXISTS" % selected.exists)
     ctx.untagged(b"%d RECENT" % len(selected.recent))
@@ -147,7 +154,7 @@ def create(ctx):
     use = creatable_use(ctx.args[1]) if len(ctx.args) == 2 else None
     if name.upper() == "INBOX":
         raise No("INBOX always exists", "ALREADYEXISTS")
-    mailbox = yield ctx.call(ctx.store.create_mailbox, ctx.session.user, name, use)
+    mailbox = yield ctx.call(sharing.create_mailbox, ctx.store, ctx.session.user, name, use)
     note_own(ctx.session, names=[mailbox.name])
     ctx.finish(b"OK", "CREATE completed", f"MAILBOXID ({mailbox_id(mailbox.id)})")
 
@@ -160,10 +167,10 @@ def delete(ctx):
     user = ctx.session.user
 
     def run():
-        mailbox = ctx.store.mailbox(user, name)
-        if ctx.store.mailboxes.list(user, under=mailbox.name):
+        mailbox, _rights = sharing.open_mailbox(ctx.store, user, name, "x")  # RFC 4314 4
+        if sharing.has_children(ctx.store, mailbox):
             raise No("Mailbox has children, delete them first", "HASCHILDREN")
-        ctx.store.delete_mailbox(user, name)
+        ctx.store.delete_mailbox(mailbox.owner, mailbox.name)
         return mailbox
     mailbox = yield ctx.call(run)
     note_own(ctx.session, names=[mailbox.name])
@@ -178,7 +185,7 @@ def delete(ctx):
 def rename(ctx):
     ctx.expect_args(2)
     old, new = decode_name(ctx.args[0]), decode_name(ctx.args[1])
-    renamed = yield ctx.call(ctx.store.rename_mailbox, ctx.session.user, old, new)
+    renamed = yield ctx.call(sharing.rename_mailbox, ctx.store, ctx.session.user, old, new)
     note_own(ctx.session, names=[m.name for m in renamed])
 
 
@@ -203,7 +210,8 @@ def unsubscribe(ctx):
 @command("NAMESPACE", AUTH, SELECTED)
 def namespace(ctx):
     ctx.expect_args(0)
-    ctx.untagged(b'NAMESPACE (("" "/")) NIL NIL')
+    # RFC 2342 5: personal, other users' (RFC 4314 sharing) and shared mailboxes.
+    ctx.untagged(b'NAMESPACE (("" "/")) (("Other Users/" "/")) (("Shared/" "/"))')
 
 
 @command("UNSELECT", SELECTED)
@@ -220,9 +228,11 @@ def close(ctx):
     selected = ctx.session.selected
     ctx.server.watchers.unwatch(ctx.session)
     ctx.session.selected = None
-    if not selected.readonly:
-        # RFC 3501 6.4.2: expunge \Deleted messages silently.
+    if not selected.readonly and "e" in selected.rights:
+        # RFC 3501 6.4.2: expunge \Deleted messages silently (RFC 4314 4: if "e" allows).
         def run():
+            if "e" not in selected.require(""):
+                return
             doomed = selected.deleted_uids()
             if doomed:
                 ctx.store.expunge(selected.mailbox, doomed, only_deleted=True)
@@ -241,6 +251,7 @@ class ListRequest:
         self.status: list[str] | None = None
         self.extended = False
         self.special_only = False
+        self.myrights = False
 
 
 def _parse_list(args) -> tuple[ListRequest, str, list[str]]:
@@ -285,6 +296,8 @@ def _parse_list(args) -> tuple[ListRequest, str, list[str]]:
                 req.return_children = True
             elif word == "SPECIAL-USE":
                 req.return_special_use = True
+            elif word == "MYRIGHTS":
+                req.myrights = True  # RFC 8440 2
             elif word == "STATUS" and i + 1 < len(opts) and isinstance(opts[i + 1], list):
                 req.status = _status_items(opts[i + 1])
                 i += 1
@@ -307,7 +320,10 @@ def _status_items(items) -> list[str]:
 
 
 def _list_data(store, user: str):
-    return store.list_mailboxes(user), set(store.subscriptions(user))
+    """The mailboxes the user may list (own ones, and others' with ``l``; RFC 4314 4),
+    named as the user sees them, with the user's rights on each; the subscriptions."""
+    visible = sharing.visible_mailboxes(store, user)
+    return visible, set(store.subscriptions(user))
 
 
 def _recent(store, mailbox, selected) -> int:
@@ -332,7 +348,7 @@ def _deleted_counts(store, mailboxes, items) -> dict[bytes, dict[str, int]]:
 
 
 def _status_line(mailbox, items: list[str], recent: int = 0,
-                 extra: dict[str, int] | None = None) -> bytes:
+                 extra: dict[str, int] | None = None, name: str | None = None) -> bytes:
     # SIZE is the mailbox's size counter, which every append, copy, move and expunge keeps
     # (docs/decisions/0004; fsck repairs it): RFC 8438 asks for the sum of RFC822.SIZE.
     # ``extra``: the items worked out apart (DELETED, DELETED-STORAGE, HIGHESTMODSEQ).
@@ -340,7 +356,8 @@ def _status_line(mailbox, items: list[str], recent: int = 0,
               "UIDVALIDITY": mailbox.uidvalidity, "UNSEEN": mailbox.unseen,
               "SIZE": mailbox.size, "MAILBOXID": f"({mailbox_id(mailbox.id)})", **(extra or {})}
     body = " ".join(f"{item} {values[item]}" for item in items)
-    return b"STATUS " + encode_name(mailbox.name) + b" (" + body.encode() + b")"
+    return b"STATUS " + encode_name(mailbox.name if name is None else name) + b" (" \
+        + body.encode() + b")"
 
 
 @command("LIST", AUTH, SELECTED)
@@ -351,16 +368,20 @@ def list_(ctx):
         # RFC 3501 6.3.8: the hierarchy delimiter and root.
         ctx.untagged(b'LIST (\\Noselect) "/" ""')
         return
-    mailboxes, subscribed = yield ctx.call(_list_data, ctx.store, ctx.session.user)
+    visible, subscribed = yield ctx.call(_list_data, ctx.store, ctx.session.user)
+    rights_of = {m.id: r for m, r in visible}
+    mailboxes = [m for m, _r in visible]
+    # STATUS items only of mailboxes the user may read (RFC 4314 4: STATUS needs "r").
+    readable = [m for m in mailboxes if "r" in rights_of[m.id]]
     recents, deleted = {}, {}
     if req.status and "RECENT" in req.status:
-        recents = yield ctx.call(_recent_counts, ctx.store, mailboxes, ctx.session.selected)
+        recents = yield ctx.call(_recent_counts, ctx.store, readable, ctx.session.selected)
     highests = {}
     if req.status and "HIGHESTMODSEQ" in req.status:
         yield enable_condstore(ctx)
-        highests = yield ctx.call(_highests, ctx.store, mailboxes)
+        highests = yield ctx.call(_highests, ctx.store, readable)
     if req.status and set(req.status) & set(DELETED_ITEMS):
-        deleted = yield ctx.call(_deleted_counts, ctx.store, mailboxes, req.status)
+        deleted = yield ctx.call(_deleted_counts, ctx.store, readable, req.status)
     by_name = {m.name: m for m in mailboxes}
     names = set(by_name)
     regexes = [pattern_regex(reference, p) for p in patterns
@@ -388,8 +409,12 @@ def list_(ctx):
                 continue
             if req.subscribed_only:
                 attrs.append("\\NonExistent" if not exists else "")
+            elif not exists and req.extended:
+                attrs.append("\\NonExistent")
             elif not exists:
-                attrs.append("\\NonExistent" if req.extended else "\\Noselect")
+                # A name with children but no mailbox of its own (the namespace roots
+                # "Other Users" and "Other Users/<owner>", RFC 2342): as Dovecot answers.
+                attrs += ["\\Noselect", "\\HasChildren"]
         elif not exists:
             attrs.append("\\NonExistent")
         if exists or name in candidates:
@@ -406,7 +431,11 @@ def list_(ctx):
                 s.startswith(name + DELIMITER) for s in subscribed):
             line += b' ("CHILDINFO" ("SUBSCRIBED"))'
         lines.append(line)
-        if req.status and mailbox is not None:
+        if req.myrights and mailbox is not None:
+            # RFC 8440 2: right after the mailbox's LIST response.
+            lines.append(b"MYRIGHTS " + encode_name(name) + b" "
+                         + format_rights(rights_of[mailbox.id]).encode())
+        if req.status and mailbox is not None and "r" in rights_of[mailbox.id]:
             lines.append(_status_line(mailbox, req.status, recents.get(mailbox.id, 0),
                                       {**deleted.get(mailbox.id, {}),
                                        **({"HIGHESTMODSEQ": highests[mailbox.id]}
@@ -423,8 +452,8 @@ def lsub(ctx):
     pattern = decode_pattern(ctx.args[1]) if ctx.args[1] != b"" else ""
     if reference is None or pattern is None:
         return  # not modified UTF-7: no name matches
-    mailboxes, subscribed = yield ctx.call(_list_data, ctx.store, ctx.session.user)
-    names = {m.name for m in mailboxes}
+    visible, subscribed = yield ctx.call(_list_data, ctx.store, ctx.session.user)
+    names = {m.name for m, _rights in visible}
     for name, parent_only in lsub_names(subscribed, reference, pattern):
         attrs = "" if name in names and not parent_only else "\\Noselect"
         ctx.untagged(f"LSUB ({attrs}) \"{DELIMITER}\" ".encode() + encode_name(name))
@@ -444,7 +473,7 @@ def status(ctx):
         yield enable_condstore(ctx)  # RFC 7162 3.1: a CONDSTORE-enabling command
 
     def run():
-        mailbox = ctx.store.mailbox(ctx.session.user, name)
+        mailbox, _rights = sharing.open_mailbox(ctx.store, ctx.session.user, name, "r")
         recent = _recent(ctx.store, mailbox, selected) if "RECENT" in items else 0
         extra = deleted_values(ctx.store, mailbox, items)
         if "HIGHESTMODSEQ" in items:
@@ -454,5 +483,6 @@ def status(ctx):
         mailbox, recent, extra = yield ctx.call(run)
     except NotFound:
         raise No(f"Mailbox does not exist: {name}", "NONEXISTENT") from None
-    ctx.untagged(_status_line(mailbox, items, recent, extra))
+    ctx.untagged(_status_line(mailbox, items, recent, extra,
+                              public_name(ctx.session.user, mailbox.owner, mailbox.name)))
 

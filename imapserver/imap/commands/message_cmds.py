@@ -22,7 +22,10 @@ import re
 
 from twisted.internet import defer
 
+from mailstore import sharing
+from mailstore.acl import flag_changeable
 from mailstore.errors import NotFound
+from mailstore.messages import canonical_flags
 
 from ..catenate import Catenate, build_message, parse_catenate
 from ..context import AUTH, SELECTED, Bad, No, command
@@ -77,13 +80,24 @@ def resolve(ctx, token, uid_mode: bool) -> list[int]:
         raise Bad(str(exc)) from None
 
 
-def _existing(store, user: str, name: str):
+def _existing(store, user: str, name: str, with_rights: bool = False):
     """The target mailbox of APPEND, COPY or MOVE; ``NO [TRYCREATE]`` when it does not exist
-    (RFC 3501 6.3.11, 6.4.7)."""
+    (RFC 3501 6.3.11, 6.4.7) or the user may not see it (RFC 4314 6), ``NO [NOPERM]`` when
+    they may see it but not insert into it (RFC 4314 4: "i")."""
     try:
-        return store.mailbox(user, name)
+        found = sharing.open_mailbox(store, user, name, "i")
     except NotFound:
         raise No(f"Mailbox does not exist: {name}", "TRYCREATE") from None
+    return found if with_rights else found[0]
+
+
+def allowed_flags(flags: list[str], rights: frozenset[str]) -> list[str]:
+    """The flags of an APPEND (or REPLACE) that ``rights`` let the user set; the others are
+    left off, silently (RFC 4314 4, as Dovecot)."""
+    changeable = flag_changeable(rights)
+    if changeable is None:
+        return flags
+    return [f for f in flags if all(map(changeable, canonical_flags([f])))]
 
 
 def parse_date_time(raw: bytes) -> float:
@@ -186,9 +200,13 @@ def assemble(ctx, message, check_quota: bool = True):
                          ctx.session.append_limit(), check_quota)
 
 
-def _writable(ctx):
+def _writable(ctx, need: str = ""):
+    """The selected mailbox may be changed, and the ACL gives every right in ``need``
+    (RFC 4314 4): NO [READ-ONLY] or NO [NOPERM] otherwise."""
     if ctx.session.selected.readonly:
         raise No("Mailbox is read-only", "READ-ONLY")
+    if not set(need) <= ctx.session.selected.rights:
+        raise No("Permission denied", "NOPERM")
 
 
 # -- APPEND ------------------------------------------------------------------------------------
@@ -204,7 +222,7 @@ def append(ctx):
     user = ctx.session.user
 
     def run():
-        mailbox = _existing(ctx.store, user, name)
+        mailbox, rights = _existing(ctx.store, user, name, with_rights=True)
         # CATENATE's URLs are all checked before the first message is stored (RFC 4469 3:
         # a bad URL appends nothing, RFC 3502: nor does any failure of a MULTIAPPEND).
         built = []
@@ -213,6 +231,7 @@ def append(ctx):
             for _flags, _date, message in messages:
                 built.append(assemble(ctx, message))
             for (flags, date, _message), source in zip(messages, built, strict=True):
+                flags = allowed_flags(flags, rights)
                 _validity, uid = ctx.store.append(user, mailbox, source, flags, date)
                 uids.append(uid)
         except BaseException:
@@ -241,13 +260,14 @@ def append(ctx):
 
 @defer.inlineCallbacks
 def _expunge(ctx, only: list[int] | None):
-    _writable(ctx)
+    _writable(ctx, "e")  # RFC 4314 4: EXPUNGE needs "e"
     selected = ctx.session.selected
 
     def run():
         # Candidates from the session's index and the change log (no scan of the mailbox),
         # or the UIDs named by UID EXPUNGE; the store keeps those with \Deleted as it reads
         # them to expunge (RFC 3501 6.4.3, RFC 4315 2.1).
+        selected.require("e")
         doomed = selected.deleted_uids() if only is None else only
         return ctx.store.expunge(selected.mailbox, doomed, only_deleted=True) if doomed else []
     gone = yield ctx.call(run)
@@ -288,8 +308,9 @@ def _store(ctx, uid_mode: bool):
     condstore, qresync = modseq_modes(ctx.session)
 
     def run():
+        # RFC 4314 4: flags the ACL does not let the user change keep their state.
         changed, failed = ctx.store.store_flags(selected.mailbox, uids, flags, mode,
-                                                unchanged_since)
+                                                unchanged_since, rights=selected.require(""))
         return changed, failed, [] if silent else ctx.store.fetch(
             selected.mailbox, [u for u in uids if u not in set(failed)])
     changed, failed, views = yield ctx.call(run)
@@ -340,20 +361,23 @@ def store(ctx):
 def _transfer(ctx, uid_mode: bool, move: bool):
     ctx.expect_args(2)
     if move:
-        _writable(ctx)
+        _writable(ctx, "te")  # RFC 6851 3.3 / RFC 4314 4: the source loses them
     uids = resolve(ctx, ctx.args[0], uid_mode)
     name = decode_name(ctx.args[1])
     selected = ctx.session.selected
     user = ctx.session.user
 
     def run():
-        target = _existing(ctx.store, user, name)
+        if move:
+            selected.require("te")
+        target, rights = _existing(ctx.store, user, name, with_rights=True)
         if not uids:
             return target, []
+        # RFC 4314 4: the copies keep only the flags the target's ACL lets the user set.
         if move:
             # Into the selected mailbox itself too (RFC 6851 3.3): new UIDs, old ones expunged.
-            return target, ctx.store.move(selected.mailbox, uids, target)
-        return target, ctx.store.copy(selected.mailbox, uids, target)
+            return target, ctx.store.move(selected.mailbox, uids, target, rights)
+        return target, ctx.store.copy(selected.mailbox, uids, target, rights)
     target, pairs = yield ctx.call(run)
     if pairs:
         note_own(ctx.session, mailboxes=[target.name])

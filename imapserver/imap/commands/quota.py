@@ -24,6 +24,8 @@ from __future__ import annotations
 
 from twisted.internet import defer
 
+from mailstore.acl import locate
+from mailstore.errors import MailStoreError
 from mailstore.users import QuotaUsage
 
 from ..context import AUTH, SELECTED, Bad, No, command
@@ -67,13 +69,27 @@ def quota_response(usage: QuotaUsage) -> bytes:
     return b"QUOTA " + astring(ROOT) + b" " + quota_list(usage)
 
 
+def _others(user: str, name: str) -> bool:
+    """Whether ``name`` is in the other users' or the shared namespace (mailstore.acl)."""
+    try:
+        location = locate(user, name)
+    except MailStoreError:
+        return False
+    return location is not None and location.owner != user
+
+
 @command("GETQUOTAROOT", AUTH, SELECTED)
 @defer.inlineCallbacks
 def getquotaroot(ctx):
     ctx.expect_args(1)
     name = decode_name(ctx.args[0])  # need not exist (RFC 9208 4.1.2); echoed as given
-    usage = yield ctx.call(ctx.store.quota, ctx.session.user)
     line = b"QUOTAROOT " + encode_name(name)
+    if _others(ctx.session.user, name):
+        # Another user's or a shared mailbox (RFC 4314): its quota is its owner's, which is
+        # not the asker's to see; no root, whether the mailbox exists or not.
+        ctx.untagged(line)
+        return
+    usage = yield ctx.call(ctx.store.quota, ctx.session.user)
     if usage.limited:
         ctx.untagged(line + b" " + astring(ROOT))
         ctx.untagged(quota_response(usage))

@@ -23,6 +23,7 @@ from .common import report_changes
 from .message_cmds import (
     _existing,
     _writable,
+    allowed_flags,
     assemble,
     close_all,
     close_message,
@@ -52,7 +53,7 @@ def replace_command(ctx, uid_mode: bool):
         flags, date, message = take_append_message(args, "REPLACE", ctx.session)
         if args:
             raise Bad("REPLACE takes one message")  # no MULTIAPPEND (RFC 8508 4.7)
-        _writable(ctx)  # RFC 8508 3.4: the replaced message must be expungeable
+        _writable(ctx, "te")  # RFC 8508 3.4, RFC 4314 4: the replaced message goes
         selected = ctx.session.selected
         old_uid = _replaced_uid(ctx, token, uid_mode)
         if old_uid is None and str(token) == "*":
@@ -60,7 +61,11 @@ def replace_command(ctx, uid_mode: bool):
         user = ctx.session.user
 
         def run():
-            target = _existing(ctx.store, user, name)  # NO [TRYCREATE] (RFC 8508 3.4)
+            selected.require("te")  # RFC 4314 4 as of now: the replaced message goes
+            # NO [TRYCREATE] (RFC 8508 3.4); "i" on the target as for APPEND, whose flags
+            # the target's ACL does not let the user set are left off.
+            target, rights = _existing(ctx.store, user, name, with_rights=True)
+            kept = allowed_flags(flags, rights)
             # A UID this session does not hold is asked of the store too: it may have come
             # since the last refresh; if it is not there, Expunged (NO [EXPUNGEISSUED]).
             uid = old_uid if old_uid is not None else int(str(token))
@@ -69,7 +74,7 @@ def replace_command(ctx, uid_mode: bool):
             source = assemble(ctx, message, check_quota=False)
             try:
                 return target, uid, ctx.store.replace(selected.mailbox, uid, target, source,
-                                                      flags, date)
+                                                      kept, date)
             finally:
                 close_message(source)
         target, uid, (validity, new_uid) = yield ctx.call(run)

@@ -1,0 +1,456 @@
+"""The cross-user isolation suite: every IMAP command that names a mailbox or acts on the
+selected one, with and without each right it needs (RFC 4314 4), over both backends.
+
+One imapserver process per backend (embedded, and HBase over the Thrift wire); alice owns the
+mailboxes, set up through the store with bob's rights, and bob acts over IMAP.  Each row of
+:data:`MATRIX` runs twice: with every right (``lrswipkxtea``) and with every right but the
+one under test.  Then every command naming a mailbox is sent for a mailbox of alice's that bob
+may not see and for one that does not exist: the answers must be the same octets (RFC 4314 6).
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+import time
+from dataclasses import dataclass
+
+import pytest
+
+from mailstore.acl import RIGHTS
+from mailstore.backends.embedded import EmbeddedBackend
+from mailstore.store import MailStore
+from tests.hbasetarget import Lease
+from tests.imapproc import Client, ServerProcess
+from tests.mailgen import message
+
+_names = itertools.count(1)
+
+
+@dataclass
+class World:
+    server: ServerProcess
+    store: MailStore
+
+    def box(self, rights: str, *, sub: bool = True) -> tuple[str, str]:
+        """A fresh mailbox of alice's with two messages (the second \\Deleted) and a child
+        ``Sub``, bob's rights on both set to ``rights``: (alice's name, bob's name)."""
+        name = f"Case{next(_names)}"
+        box = self.store.create_mailbox("alice", name)
+        self.store.append("alice", box, message(1))
+        self.store.append("alice", box, message(2), flags=["\\Deleted"])
+        self.store.grants.set(box.id, "bob", frozenset(rights))
+        if sub:
+            child = self.store.create_mailbox("alice", name + "/Sub")
+            self.store.grants.set(child.id, "bob", frozenset(rights))
+        return name, f"Other Users/alice/{name}"
+
+    def flags(self, name: str, uid: int = 1) -> set[str]:
+        box = self.store.mailbox("alice", name)
+        views = self.store.fetch(box, [uid])
+        return set(views[0].flags.names) if views else set()
+
+    def uids(self, name: str) -> list[int]:
+        return self.store.uids(self.store.mailbox("alice", name))
+
+    def exists(self, name: str) -> bool:
+        return name in {m.name for m in self.store.list_mailboxes("alice")}
+
+
+@pytest.fixture(scope="module", params=["embedded", "hbase"])
+def world(request, tmp_path_factory):
+    base = tmp_path_factory.mktemp(f"acl-{request.param}")
+    lease = None
+    if request.param == "embedded":
+        data_dir, args = str(base / "store"), []
+        backend = EmbeddedBackend(data_dir, synchronous="NORMAL")
+    else:
+        target = request.getfixturevalue("hbase_target")
+        lease = Lease(target, target.lease())
+        data_dir, args = str(base / "unused"), lease.args()
+        backend = lease.backend()
+    store = MailStore(backend)
+    try:
+        for user in ("alice", "bob"):
+            store.create_user(user, "pw", default_folders=False)
+        store.append("bob", "INBOX", message(7), flags=["\\Seen", "\\Flagged"])
+        with ServerProcess(data_dir, *args) as server:
+            yield World(server, store)
+    finally:
+        store.close()
+        if lease is not None:
+            lease.target.give_back(lease.prefix)
+
+
+@pytest.fixture
+def bob(world):
+    c = Client(world.server.port)
+    assert c.cmd("l", "LOGIN bob pw")[-1].startswith(b"l OK")
+    yield c
+    c.close()
+
+
+def tagged(lines: list[bytes]) -> bytes:
+    return lines[-1].split(b" ", 1)[1]
+
+
+def q(name: str) -> str:
+    return '"' + name + '"'
+
+
+def ok(lines):
+    assert tagged(lines).startswith(b"OK"), lines
+    return lines
+
+
+def noperm(lines):
+    assert tagged(lines).startswith(b"NO [NOPERM]"), lines
+    return lines
+
+
+def expect(has: bool, lines):
+    return ok(lines) if has else noperm(lines)
+
+
+# -- the matrix: (command, right, run(world, bob client, has the right)) ----------------------
+
+def _select(w, c, has):
+    _, name = w.box(RIGHTS if has else RIGHTS.replace("r", ""))
+    expect(has, c.cmd("s", f"SELECT {q(name)}"))
+
+
+def _examine(w, c, has):
+    _, name = w.box(RIGHTS if has else RIGHTS.replace("r", ""))
+    expect(has, c.cmd("s", f"EXAMINE {q(name)}"))
+
+
+def _status(w, c, has):
+    _, name = w.box(RIGHTS if has else RIGHTS.replace("r", ""))
+    lines = expect(has, c.cmd("s", f"STATUS {q(name)} (MESSAGES)"))
+    assert (lines[0] == f'* STATUS {q(name)} (MESSAGES 2)'.encode()) == has
+
+
+def _list(w, c, has):
+    _, name = w.box(RIGHTS if has else RIGHTS.replace("l", ""))
+    lines = ok(c.cmd("s", 'LIST "" "Other Users/*"'))
+    assert any(line.endswith(q(name).encode()) for line in lines) == has
+    lines = ok(c.cmd("s", 'LIST "" "Other Users/alice/%"'))
+    assert any(line.endswith(q(name).encode()) for line in lines) == has
+
+
+def _list_status(w, c, has):
+    _, name = w.box(RIGHTS if has else RIGHTS.replace("r", ""))
+    lines = ok(c.cmd("s", f'LIST "" {q(name)} RETURN (STATUS (MESSAGES))'))
+    assert any(line.startswith(b"* STATUS") for line in lines) == has
+
+
+def _append(w, c, has):
+    local, name = w.box(RIGHTS if has else RIGHTS.replace("i", ""))
+    raw = message(3)
+    c.send(f"s APPEND {q(name)} {{{len(raw)}+}}\r\n".encode() + raw + b"\r\n")
+    expect(has, c.until_tagged("s"))
+    assert len(w.uids(local)) == (3 if has else 2)
+
+
+def _append_flags(w, c, has):
+    local, name = w.box(RIGHTS if has else RIGHTS.replace("s", ""))
+    raw = message(3)
+    c.send(f"s APPEND {q(name)} (\\Seen) {{{len(raw)}+}}\r\n".encode() + raw + b"\r\n")
+    ok(c.until_tagged("s"))  # RFC 4314 4: a flag the user may not set is left off
+    assert ("\\Seen" in w.flags(local, w.uids(local)[-1])) == has
+
+
+def _copy(w, c, has):
+    local, name = w.box(RIGHTS if has else RIGHTS.replace("i", ""))
+    ok(c.cmd("s", "SELECT INBOX"))
+    expect(has, c.cmd("c", f"COPY 1 {q(name)}"))
+    assert len(w.uids(local)) == (3 if has else 2)
+
+
+def _copy_flags(right, flag):
+    def run(w, c, has):
+        """RFC 4314 4: a copy keeps only the flags the target's ACL lets the user set."""
+        local, name = w.box(RIGHTS if has else RIGHTS.replace(right, ""))
+        ok(c.cmd("s", "SELECT INBOX"))
+        ok(c.cmd("c", f"COPY 1 {q(name)}"))
+        assert (flag in w.flags(local, w.uids(local)[-1])) == has
+    return run
+
+
+def _move_target(w, c, has):
+    local, name = w.box(RIGHTS if has else RIGHTS.replace("i", ""))
+    ok(c.cmd("s", "SELECT INBOX"))
+    expect(has, c.cmd("c", f"MOVE 1 {q(name)}"))
+    assert len(w.uids(local)) == (3 if has else 2)
+    if has:  # put bob's message back for the next case
+        ok(c.cmd("s", f"SELECT {q(name)}"))
+        ok(c.cmd("m", "UID MOVE 3 INBOX"))
+
+
+def _move_source(right):
+    def run(w, c, has):
+        local, name = w.box(RIGHTS if has else RIGHTS.replace(right, ""))
+        ok(c.cmd("s", f"SELECT {q(name)}"))
+        expect(has, c.cmd("m", "MOVE 1 INBOX"))
+        assert w.uids(local) == ([2] if has else [1, 2])
+    return run
+
+
+def _store(flag, right):
+    def run(w, c, has):
+        local, name = w.box(RIGHTS if has else RIGHTS.replace(right, ""))
+        ok(c.cmd("s", f"SELECT {q(name)}"))
+        ok(c.cmd("f", f"STORE 1 +FLAGS ({flag})"))  # RFC 4314 4: silently kept otherwise
+        assert (flag in w.flags(local)) == has
+    return run
+
+
+def _expunge(command):
+    def run(w, c, has):
+        local, name = w.box(RIGHTS if has else RIGHTS.replace("e", ""))
+        ok(c.cmd("s", f"SELECT {q(name)}"))
+        expect(has, c.cmd("x", command))
+        assert w.uids(local) == ([1] if has else [1, 2])
+    return run
+
+
+def _close(w, c, has):
+    local, name = w.box(RIGHTS if has else RIGHTS.replace("e", ""))
+    ok(c.cmd("s", f"SELECT {q(name)}"))
+    ok(c.cmd("x", "CLOSE"))
+    assert w.uids(local) == ([1] if has else [1, 2])
+
+
+def _fetch_seen(w, c, has):
+    local, name = w.box(RIGHTS if has else RIGHTS.replace("s", ""))
+    ok(c.cmd("s", f"SELECT {q(name)}"))
+    ok(c.cmd("f", "FETCH 1 BODY[]"))
+    assert ("\\Seen" in w.flags(local)) == has
+
+
+def _create(w, c, has):
+    local, name = w.box(RIGHTS if has else RIGHTS.replace("k", ""))
+    expect(has, c.cmd("s", f"CREATE {q(name + '/Child')}"))
+    assert w.exists(local + "/Child") == has
+
+
+def _delete(w, c, has):
+    local, name = w.box(RIGHTS if has else RIGHTS.replace("x", ""))
+    expect(has, c.cmd("s", f"DELETE {q(name + '/Sub')}"))
+    assert w.exists(local + "/Sub") != has
+
+
+def _rename(right):
+    def run(w, c, has):
+        local, name = w.box(RIGHTS if has else RIGHTS.replace(right, ""))
+        expect(has, c.cmd("s", f"RENAME {q(name + '/Sub')} {q(name + '/Sub2')}"))
+        assert w.exists(local + "/Sub2") == has
+    return run
+
+
+def _acl_command(command):
+    def run(w, c, has):
+        _, name = w.box(RIGHTS if has else RIGHTS.replace("a", ""))
+        expect(has, c.cmd("s", command.format(name=q(name))))
+    return run
+
+
+def _myrights(w, c, has):
+    _, name = w.box("l" if has else "", sub=False)
+    lines = c.cmd("s", f"MYRIGHTS {q(name)}")
+    if has:
+        assert ok(lines)[0] == f"* MYRIGHTS {q(name)} l".encode()
+    else:
+        assert tagged(lines).startswith(b"NO [NONEXISTENT]"), lines
+
+
+def _idle(w, c, has):
+    """IDLE pushes what happens in the selected mailbox, and selecting needs r: a message
+    alice adds (from another process: this test's) reaches bob's IDLE only with r."""
+    local, name = w.box(RIGHTS if has else RIGHTS.replace("r", ""))
+    expect(has, c.cmd("s", f"SELECT {q(name)}"))
+    c.send("i IDLE\r\n")
+    assert c.read_line().startswith(b"+ ")
+    w.store.append("alice", local, message(4))
+    pushed = []
+    c.sock.settimeout(0.25)
+    deadline = time.monotonic() + (5.0 if has else 1.0)  # the server polls every 0.25 s
+    while time.monotonic() < deadline and b"* 3 EXISTS" not in pushed:
+        try:
+            pushed.append(c.read_line())
+        except TimeoutError:
+            pass
+    c.sock.settimeout(10)
+    c.send("DONE\r\n")
+    pushed += c.until_tagged("i")
+    assert (b"* 3 EXISTS" in pushed) == has, pushed
+
+
+def _search_fetch_r(w, c, has):
+    _, name = w.box(RIGHTS if has else RIGHTS.replace("r", ""))
+    c.cmd("s", f"SELECT {q(name)}")
+    for command in ("SEARCH ALL", "FETCH 1 FLAGS", "UID SEARCH ALL"):
+        lines = c.cmd("q", command)
+        assert tagged(lines).startswith(b"OK" if has else b"BAD"), lines
+
+
+def _lsub(w, c, has):
+    _, name = w.box(RIGHTS if has else RIGHTS.replace("l", ""), sub=False)
+    ok(c.cmd("u", f"SUBSCRIBE {q(name)}"))
+    lines = ok(c.cmd("s", f"LSUB \"\" {q(name)}"))
+    # Without l the name is still the user's own subscription, shown as no mailbox.
+    assert lines[0] == (b"* LSUB () \"/\" " if has else b"* LSUB (\\Noselect) \"/\" ") \
+        + q(name).encode()
+    ok(c.cmd("u", f"UNSUBSCRIBE {q(name)}"))
+
+
+def _replace(right):
+    def run(w, c, has):
+        """RFC 8508 3.4 with RFC 4314 4: REPLACE appends to the target (i) and expunges the
+        replaced message from the selected mailbox (t, e)."""
+        local, name = w.box(RIGHTS if has else RIGHTS.replace(right, ""))
+        ok(c.cmd("s", f"SELECT {q(name)}"))
+        raw = message(9)
+        c.send(f"r REPLACE 1 {q(name)} {{{len(raw)}+}}\r\n".encode() + raw + b"\r\n")
+        expect(has, c.until_tagged("r"))
+        assert w.uids(local) == ([2, 3] if has else [1, 2])
+    return run
+
+
+def _uid_command(command, right, after):
+    def run(w, c, has):
+        local, name = w.box(RIGHTS if has else RIGHTS.replace(right, ""))
+        ok(c.cmd("s", f"SELECT {q(name)}"))
+        lines = c.cmd("u", command.format(name=q(name)))
+        after(w, local, has, lines)
+    return run
+
+
+def _sort_thread(w, c, has):
+    _, name = w.box(RIGHTS if has else RIGHTS.replace("r", ""))
+    c.cmd("s", f"SELECT {q(name)}")
+    for command in ("SORT (DATE) UTF-8 ALL", "THREAD REFERENCES UTF-8 ALL", "UID FETCH 1 UID",
+                    "NOOP"):
+        lines = c.cmd("q", command)
+        assert tagged(lines).startswith(b"OK" if has or command == "NOOP" else b"BAD"), lines
+
+
+MATRIX = [
+    ("SELECT", "r", _select), ("EXAMINE", "r", _examine), ("STATUS", "r", _status),
+    ("LIST", "l", _list), ("LIST-STATUS", "r", _list_status),
+    ("SEARCH/FETCH", "r", _search_fetch_r), ("IDLE", "r", _idle),
+    ("APPEND", "i", _append), ("APPEND-flags", "s", _append_flags),
+    ("COPY", "i", _copy), ("MOVE-target", "i", _move_target),
+    ("COPY-seen", "s", _copy_flags("s", "\\Seen")),
+    ("COPY-flagged", "w", _copy_flags("w", "\\Flagged")),
+    ("MOVE-source-t", "t", _move_source("t")), ("MOVE-source-e", "e", _move_source("e")),
+    ("STORE-seen", "s", _store("\\Seen", "s")), ("STORE-flagged", "w", _store("\\Flagged", "w")),
+    ("STORE-keyword", "w", _store("$Work", "w")),
+    ("STORE-deleted", "t", _store("\\Deleted", "t")),
+    ("EXPUNGE", "e", _expunge("EXPUNGE")), ("UID-EXPUNGE", "e", _expunge("UID EXPUNGE 1:*")),
+    ("CLOSE", "e", _close), ("FETCH-BODY-seen", "s", _fetch_seen),
+    ("CREATE", "k", _create), ("DELETE", "x", _delete),
+    ("RENAME-x", "x", _rename("x")), ("RENAME-k", "k", _rename("k")),
+    ("GETACL", "a", _acl_command("GETACL {name}")),
+    ("SETACL", "a", _acl_command("SETACL {name} carol lr")),
+    ("DELETEACL", "a", _acl_command("DELETEACL {name} carol")),
+    ("LISTRIGHTS", "a", _acl_command("LISTRIGHTS {name} carol")),
+    ("MYRIGHTS", "l", _myrights), ("LSUB", "l", _lsub),
+    ("REPLACE-target-i", "i", _replace("i")), ("REPLACE-source-t", "t", _replace("t")),
+    ("REPLACE-source-e", "e", _replace("e")), ("SORT/THREAD/UID-FETCH", "r", _sort_thread),
+    ("UID-STORE-seen", "s", _uid_command(
+        "UID STORE 1 +FLAGS (\\Seen)", "s",
+        lambda w, local, has, lines: ok(lines) and (
+            ("\\Seen" in w.flags(local)) == has or pytest.fail(str(lines))))),
+    ("UID-COPY-i", "i", _uid_command(
+        "UID COPY 1 {name}", "i",
+        lambda w, local, has, lines: expect(has, lines) and (
+            len(w.uids(local)) == (3 if has else 2) or pytest.fail(str(lines))))),
+    ("UID-MOVE-source-e", "e", _uid_command(
+        "UID MOVE 1 {name}", "e",
+        lambda w, local, has, lines: expect(has, lines) and (
+            w.uids(local) == ([2, 3] if has else [1, 2]) or pytest.fail(str(lines))))),
+]
+
+
+@pytest.mark.parametrize("has", [True, False], ids=["with", "without"])
+@pytest.mark.parametrize("command, right, run", MATRIX, ids=[f"{c}-{r}" for c, r, _ in MATRIX])
+def test_rights_matrix(world, bob, command, right, run, has):
+    """RFC 4314 4: each command succeeds with its right and is refused (NO [NOPERM], or the
+    change silently left out where section 4 says so) without it."""
+    run(world, bob, has)
+
+
+# -- no existence oracle ----------------------------------------------------------------------
+
+PROBES = [
+    "SELECT {n}", "EXAMINE {n}", "STATUS {n} (MESSAGES UIDNEXT)", "DELETE {n}",
+    "RENAME {n} {n}2", "CREATE {n}/Child", "GETACL {n}", "SETACL {n} bob lr",
+    "DELETEACL {n} bob", "LISTRIGHTS {n} bob", "MYRIGHTS {n}", 'LIST "" {n}',
+    'LIST "" {n}/*', 'LIST "" {n} RETURN (MYRIGHTS STATUS (MESSAGES))', "SUBSCRIBE {n}",
+    "UNSUBSCRIBE {n}", "GETQUOTAROOT {n}", "COPY 1 {n}", "MOVE 1 {n}", "APPEND {n} {{1+}}\r\nx",
+]
+
+
+@pytest.mark.parametrize("probe", PROBES)
+def test_hidden_mailboxes_answer_as_missing_ones(world, bob, probe):
+    """RFC 4314 6: a mailbox of alice's that bob has no right on answers every command exactly
+    as a name that does not exist (same status, code and text, the name aside)."""
+    hidden, _ = world.box("", sub=True)
+    answers = []
+    for name in (hidden, f"Nothing{next(_names)}"):
+        ok(bob.cmd("s", "SELECT INBOX"))
+        text = re.sub(r"\{n\}(\S*)",
+                      lambda m, name=name: q(f"Other Users/alice/{name}{m.group(1)}"), probe)
+        lines = bob.cmd("t", text.replace("{{", "{").replace("}}", "}"))
+        answers.append([line.replace(name.encode(), b"NAME") for line in lines])
+    assert answers[0] == answers[1]
+
+
+def idle_lines(c: Client, wanted: bytes, timeout: float) -> list[bytes]:
+    """What the server pushes during ``timeout`` seconds (or until ``wanted`` comes)."""
+    pushed: list[bytes] = []
+    c.sock.settimeout(0.25)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and wanted not in pushed:
+        try:
+            pushed.append(c.read_line())
+        except TimeoutError:
+            pass
+    c.sock.settimeout(10)
+    return pushed
+
+
+def test_revoking_r_stops_idle_updates_of_a_selected_mailbox(world, bob):
+    """RFC 4314 4: without "r" nothing of the mailbox reaches the user.  A session that had
+    alice's mailbox selected when alice took bob's rights away hears nothing more of it; a new
+    SELECT is refused."""
+    local, name = world.box("lrs")
+    ok(bob.cmd("s", f"SELECT {q(name)}"))
+    bob.send("i IDLE\r\n")
+    assert bob.read_line().startswith(b"+ ")
+    world.store.append("alice", local, message(4))
+    assert b"* 3 EXISTS" in idle_lines(bob, b"* 3 EXISTS", 5.0)
+    box = world.store.mailbox("alice", local)
+    world.store.grants.set(box.id, "bob", frozenset("l"))
+    world.store.append("alice", local, message(5))
+    pushed = idle_lines(bob, b"* 4 EXISTS", 1.0)
+    bob.send("DONE\r\n")
+    pushed += bob.until_tagged("i")
+    assert not any(b"EXISTS" in line for line in pushed), pushed
+    assert tagged(bob.cmd("s", f"SELECT {q(name)}")).startswith(b"NO [NOPERM]")
+
+
+def test_a_right_taken_away_counts_from_the_next_command(world, bob):
+    """RFC 4314 4: rights are the ACL's as it is when a command runs.  bob selected alice's
+    mailbox with every right; alice takes e, t and w away; his next EXPUNGE is NO [NOPERM],
+    his STORE keeps \\Flagged as it was, without a refresh in between."""
+    local, name = world.box(RIGHTS)
+    ok(bob.cmd("s", f"SELECT {q(name)}"))
+    box = world.store.mailbox("alice", local)
+    world.store.grants.set(box.id, "bob", frozenset("lrs"))
+    noperm(bob.cmd("x", "EXPUNGE"))
+    noperm(bob.cmd("m", "MOVE 1 INBOX"))
+    ok(bob.cmd("f", "STORE 1 +FLAGS (\\Flagged)"))
+    assert "\\Flagged" not in world.flags(local)
+    assert world.uids(local) == [1, 2]
