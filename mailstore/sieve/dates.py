@@ -65,7 +65,8 @@ def part(timestamp: float, zone: int, name: str) -> str | None:
         return f"{local.hour:02d}:{local.minute:02d}:{local.second:02d}"
     if name == "iso8601":
         return (f"{local.year:04d}-{local.month:02d}-{local.day:02d}T{local.hour:02d}:"
-                f"{local.minute:02d}:{local.second:02d}{_zone_text(zone, colon=True)}")
+                f"{local.minute:02d}:{local.second:02d}"
+                f"{'Z' if zone == 0 else _zone_text(zone, colon=True)}")
     if name == "std11":
         return (f"{_DAYS[local.weekday()]}, {local.day:02d} {_MONTHS[local.month - 1]} "
                 f"{local.year:04d} {local.hour:02d}:{local.minute:02d}:{local.second:02d} "

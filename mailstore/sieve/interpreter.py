@@ -345,6 +345,8 @@ class _Interpreter:
         header, part = self.s(node.args[0]), self.s(node.args[1])
         values = []
         for field in self.indexed(node, self.message.headers(header)):
+            if header.lower() == "received":  # its date follows the last ";" (RFC 5260 4)
+                field = field.rpartition(";")[2]
             when = dates.parse_date(field)
             if when is None:
                 continue  # unparsable date: no value (RFC 5260 4)
@@ -428,10 +430,11 @@ class _Interpreter:
         else:
             flags = list(self.flags)
         self.check_conflict("store")
-        # The same mailbox twice stores one copy (RFC 5228 4.1), flags merged.
+        # The same mailbox twice stores one copy (RFC 5228 4.1), with the flags of the last
+        # action (as Pigeonhole does: tests/sieve_corpus/scripts/edge_flags_latest_wins).
         for action in self.result.actions:
             if isinstance(action, Store) and _same_mailbox(action.mailbox, mailbox):
-                action.flags = tuple(_dedupe([*action.flags, *flags]))
+                action.flags = tuple(flags)
                 action.create = action.create or create
                 action.keep = action.keep or keep
                 return action
@@ -463,7 +466,7 @@ class _Interpreter:
         target = found[0]
         self.check_conflict("redirect")
         redirects = [a for a in self.result.actions if isinstance(a, Redirect)]
-        if any(a.address.lower() == target.lower() for a in redirects):
+        if any(_same_address(a.address, target) for a in redirects):
             if ":copy" not in node.tags:
                 self.implicit_keep = False
             return  # the same address twice: one redirect (RFC 5228 2.10.3)
@@ -646,6 +649,13 @@ def _dedupe(flags: list[str]) -> list[str]:
             seen.add(key)
             out.append(flag)
     return out
+
+
+def _same_address(a: str, b: str) -> bool:
+    """Local parts are case-sensitive, domains are not (RFC 5321 2.4)."""
+    local_a, _, domain_a = a.rpartition("@")
+    local_b, _, domain_b = b.rpartition("@")
+    return local_a == local_b and domain_a.lower() == domain_b.lower()
 
 
 def _same_mailbox(a: str, b: str) -> bool:
