@@ -80,7 +80,7 @@ class OurServer:
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "imapserver.main", "--data-dir", str(self.dir),
              "--imap-port", "0", "--imaps-port", "0", "--smtp-port", "0",
-             "--lmtp-port", "auto"], cwd=ROOT, stdout=subprocess.PIPE)
+             "--lmtp-port", "auto", "--sieve-port", "0"], cwd=ROOT, stdout=subprocess.PIPE)
         line = self.proc.stdout.readline().decode()
         if not line.startswith("lmtp listening on "):
             raise RuntimeError(f"imapserver did not start: {line!r}")

@@ -344,6 +344,7 @@ class OurServer:
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "imapserver.main", "--data-dir", self.data_dir,
              "--imap-port", "auto", "--imaps-port", "0", "--smtp-port", "0", "--lmtp-port", "0",
+             "--sieve-port", "0",
              "--workers", self.workers],
             cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
             env=dict(os.environ, PYTHONUNBUFFERED="1", **self.env))

@@ -1,4 +1,4 @@
-"""The ``imapserver`` process: IMAP, SMTP and LMTP listeners over one mail store.
+"""The ``imapserver`` process: IMAP, SMTP, LMTP and ManageSieve listeners over one mail store.
 
 Twisted runs on its asyncio reactor so that the aiosmtpd listeners share the same event loop
 and thread; the store is synchronous and is called from a thread pool (``deferToThread`` on the
@@ -54,6 +54,8 @@ def build_parser() -> argparse.ArgumentParser:
                    "auto: any free port)")
     p.add_argument("--smtp-port", type=port_arg, help="SMTP (0 disables, auto: any free port)")
     p.add_argument("--lmtp-port", type=port_arg, help="LMTP (0 disables, auto: any free port)")
+    p.add_argument("--sieve-port", type=port_arg, help="ManageSieve, RFC 5804 (0 disables, "
+                   "auto: any free port)")
     p.add_argument("--metrics-port", type=port_arg, help="Prometheus metrics on loopback "
                    "(0 disables, auto: any free port)")
     p.add_argument("--workers", type=workers_arg, help="worker processes: auto (one per "
@@ -89,6 +91,7 @@ def load_config(args: argparse.Namespace) -> configmod.Config:
         "imap": {"port": args.imap_port, "imaps_port": args.imaps_port, "host": args.host},
         "delivery": {"smtp_port": args.smtp_port, "lmtp_port": args.lmtp_port,
                      "host": args.host},
+        "managesieve": {"port": args.sieve_port, "host": args.host},
         "metrics": {"port": args.metrics_port},
         "server": {"workers": args.workers},
     }

@@ -73,6 +73,17 @@ STORE_SECONDS = Histogram(PREFIX + "store_call_seconds", "Mail store call latenc
 STORE_ERRORS = Counter(PREFIX + "store_errors_total",
                        "Mail store calls that failed in the backend, by operation",
                        ["operation", "error"])
+MANAGESIEVE_SESSIONS = Gauge(PREFIX + "managesieve_sessions", "ManageSieve connections open now")
+MANAGESIEVE_CONNECTIONS = Counter(PREFIX + "managesieve_connections_total",
+                                  "ManageSieve connections accepted")
+MANAGESIEVE_LOGINS = Counter(PREFIX + "managesieve_logins_total",
+                             "ManageSieve authentication attempts by outcome", ["outcome"])
+MANAGESIEVE_COMMANDS = Counter(PREFIX + "managesieve_commands_total",
+                               "ManageSieve commands by name and outcome",
+                               ["command", "outcome"])
+MANAGESIEVE_COMMAND_SECONDS = Histogram(PREFIX + "managesieve_command_seconds",
+                                        "ManageSieve command latency", ["command"],
+                                        buckets=LATENCY_BUCKETS)
 ERRORS = Counter(PREFIX + "errors_total", "Unexpected errors (bugs), by component",
                  ["component"])
 
@@ -80,7 +91,7 @@ STORE_OPERATIONS = (
     "authenticate", "open_mailbox", "refresh", "list_mailboxes", "mailbox_status",
     "create_mailbox", "delete_mailbox", "rename_mailbox", "subscribe", "unsubscribe",
     "append", "fetch", "read_content", "search", "store_flags", "expunge", "copy", "move",
-    "replace", "resolve_recipient", "deliver", "quota", "other")
+    "replace", "resolve_recipient", "deliver", "quota", "sieve_scripts", "other")
 """The values of the ``operation`` label: what a store call does, not the function that
 does it ("other" is a call nobody named yet: a bug to report)."""
 

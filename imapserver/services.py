@@ -21,12 +21,13 @@ def start_services(store, cfg, reactor, loop, announce) -> list:
     fails; if a later one fails, the earlier ones are aborted here before the error
     propagates, so that a process that cannot start holds no port and no thread (a thread
     pool left running would keep it from exiting)."""
-    from . import delivery, imap
+    from . import delivery, imap, managesieve
 
     services: list = []
     try:
         services += imap.start(store, cfg, reactor, loop, announce)
         services += delivery.start(store, cfg, reactor, loop, announce)
+        services += managesieve.start(store, cfg, reactor, loop, announce)
     except BaseException:
         for service in services:
             abort = getattr(service, "abort", None)
@@ -38,8 +39,8 @@ def start_services(store, cfg, reactor, loop, announce) -> list:
 
 INHERITED: dict[str, int] | None = None
 """In a worker process (imapserver.workers): the listening sockets its supervisor opened, as
-file descriptors by listener name (``imap``, ``imaps``, ``smtp``, ``lmtp``); only those are
-served, and none is bound here.  None in a process that binds its own."""
+file descriptors by listener name (``imap``, ``imaps``, ``smtp``, ``lmtp``, ``managesieve``);
+only those are served, and none is bound here.  None in a process that binds its own."""
 
 
 def inherited(name: str) -> int | None:

@@ -97,7 +97,9 @@ def open_listeners(cfg, announce) -> dict[str, socket.socket]:
               ("imaps", cfg["imap"]["host"],
                listen_port(cfg["imap"]["imaps_port"]) if context is not None else None),
               ("smtp", cfg["delivery"]["host"], listen_port(cfg["delivery"]["smtp_port"])),
-              ("lmtp", cfg["delivery"]["host"], listen_port(cfg["delivery"]["lmtp_port"]))]
+              ("lmtp", cfg["delivery"]["host"], listen_port(cfg["delivery"]["lmtp_port"])),
+              ("managesieve", cfg["managesieve"]["host"],
+               listen_port(cfg["managesieve"]["port"]))]
     sockets: dict[str, socket.socket] = {}
     try:
         for name, host, port in wanted:

@@ -13,6 +13,7 @@ from typing import Any
 
 from .content import DEFAULT_CHUNK, check_chunk_size
 from .schema import Layout
+from .sievescripts import ScriptLimits
 
 
 class ConfigError(ValueError):
@@ -109,6 +110,15 @@ SCHEMA: dict[str, dict[str, Key]] = {
         "over_quota_code": Key(_choice("452", "552"), "452"),
         "smtp_require_starttls": Key(_bool, False),
     },
+    "managesieve": {
+        "host": Key(str, "127.0.0.1"),
+        "port": Key(int, 4190),
+        "max_scripts": Key(_int_range(1, 10000), 20),
+        "max_script_size": Key(_int_range(1, 16 * 1024 * 1024), 64 * 1024),
+        "max_total_size": Key(_int_range(1, 1024 * 1024 * 1024), 1024 * 1024),
+        "max_line_length": Key(_int_range(512, 1024 * 1024), 8192),
+        "idle_timeout": Key(int, 1800),
+    },
     "log": {
         "format": Key(_choice("text", "json"), "text"),
         "file": Key(str, "-"),
@@ -155,7 +165,10 @@ class Config:
         store = self.values["store"]
         options = {k: store[k] for k in ("chunk_size", "read_ahead", "max_message_size",
                                          "abandon_after", "intent_timeout", "release_grace")}
-        return {"layout": Layout.from_config(self), **options}
+        sieve = self.values["managesieve"]
+        limits = ScriptLimits(sieve["max_scripts"], sieve["max_script_size"],
+                              sieve["max_total_size"])
+        return {"layout": Layout.from_config(self), "sieve_limits": limits, **options}
 
 
 def load(path: str | None = None, overrides: dict[str, dict[str, Any]] | None = None) -> Config:

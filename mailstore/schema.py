@@ -235,8 +235,27 @@ CHANGES = TableDef(
     split="uniform",
 )
 
+SIEVE_SCRIPTS = TableDef(
+    name="JAMES_SIEVE_SCRIPTS",
+    purpose="Each user's Sieve scripts (RFC 5228), uploaded over ManageSieve (RFC 5804) or "
+            "`mailadmin sieve put`, and which one is active "
+            "(docs/decisions/0023-sieve-scripts-storage.md).",
+    row_key="user name UTF-8 (lower case)",
+    families={
+        "d": "d:dir = the directory (JSON: script name -> [text cell id, size in octets]; the "
+             "active name or null); changed only by check-and-put, one per change of the "
+             "scripts or of the active one, so at most one script is active and it exists",
+        "s": "script texts (UTF-8), qualifier = a cell id (12 hex digits of ms, 16 random): "
+             "written before the directory names it, deleted after the directory stops naming "
+             "it (a replaced or deleted script)",
+    },
+    access="delivery: a get of d:dir and a get of the active script's text cell; ManageSieve "
+           "and mailadmin: the same, plus a put of a new text and a check-and-put of d:dir per "
+           "change",
+)
+
 TABLES: tuple[TableDef, ...] = (MAILBOXES, MAILBOX_INDEX, MESSAGES, CONTENT, SUBSCRIPTIONS,
-                                USERS, INTENTS, IMPORTS, CHANGES)
+                                USERS, INTENTS, IMPORTS, CHANGES, SIEVE_SCRIPTS)
 
 
 SPLIT_ALGORITHMS = {"uniform": "UniformSplit", "hex": "HexStringSplit"}

@@ -43,6 +43,7 @@ from .messages import (
 from .modseqs import SinceModseq, since_modseq
 from .records import COMMITTED, DELETING, MOVING, Flags, MessageRecord, state_of
 from .schema import IMPORTS, INTENTS, Layout, create_schema
+from .sievescripts import ScriptLimits, SieveScripts
 from .sortcache import MessageKeys, SortKeyCache
 from .transfers import Transfers
 from .users import QuotaUsage, User, Users, check_quota
@@ -89,7 +90,7 @@ class MailStore:
                  sleep: Callable[[float], None] = time.sleep,
                  abandon_after: float = 10.0, intent_timeout: float = 60.0,
                  release_grace: float = DEFAULT_GRACE, create_tables: bool = True,
-                 layout: Layout | None = None):
+                 layout: Layout | None = None, sieve_limits: ScriptLimits | None = None):
         self.backend = backend
         if create_tables:
             create_schema(backend, layout)
@@ -106,6 +107,13 @@ class MailStore:
                                    self.users, clock, intent_timeout, self.changes)
         self.indexes = Indexes(backend, self.messages, self.changes)
         self.sort_cache = SortKeyCache(self.messages)
+        self._sieve_scripts = SieveScripts(backend, limits=sieve_limits, clock=clock,
+                                           user_exists=self.users.get)
+
+    @property
+    def sieve_scripts(self) -> SieveScripts:
+        """Every user's Sieve scripts and the active one (mailstore/sievescripts.py)."""
+        return self._sieve_scripts
 
     @classmethod
     def open(cls, backend_name: str, backend_options: dict, **store_options) -> MailStore:
@@ -182,6 +190,7 @@ class MailStore:
         for mailbox in self.mailboxes.list(user):
             self._delete_mailbox(mailbox)
         self.mailboxes.drop_subscriptions(user)
+        self.sieve_scripts.delete_all(user)
         self.users.delete_row(user)
 
     # -- mailboxes ------------------------------------------------------------------------------

@@ -79,7 +79,7 @@ class ServerProcess:
     def __init__(self, data_dir: str, *extra: str, config_file: str | None = None):
         self.argv = [sys.executable, "-m", "imapserver.main", "--data-dir", data_dir,
                      "--imap-port", "0", "--imaps-port", "0",
-                     "--smtp-port", "auto", "--lmtp-port", "auto",
+                     "--smtp-port", "auto", "--lmtp-port", "auto", "--sieve-port", "0",
                      # One process: kill() is a crash of the process that delivers.
                      *([] if "--workers" in extra else ["--workers", "1"]), *extra]
         if config_file:

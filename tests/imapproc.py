@@ -44,7 +44,8 @@ class ServerProcess:
         workers = [] if "--workers" in self.extra else ["--workers", "1"]
         cmd = [*self.wrapper, sys.executable, "-m", "imapserver.main",
                "--data-dir", self.data_dir, "--imap-port", "auto", "--imaps-port", "0",
-               "--smtp-port", "0", "--lmtp-port", "0", *workers, *self.extra]
+               "--smtp-port", "0", "--lmtp-port", "0", "--sieve-port", "0", *workers,
+               *self.extra]
         if self.config:
             cmd += ["--config", self.config]
         env = dict(os.environ, PYTHONUNBUFFERED="1")
@@ -52,6 +53,9 @@ class ServerProcess:
                                      env=env, umask=self.umask)
         wanted = {"imap"} | {n for n in ("smtp", "lmtp", "imaps") if f"--{n}-port" in
                             self.extra and self.extra[self.extra.index(f"--{n}-port") + 1] != "0"}
+        if "--sieve-port" in self.extra and \
+                self.extra[self.extra.index("--sieve-port") + 1] != "0":
+            wanted.add("managesieve")
         sel = selectors.DefaultSelector()
         sel.register(self.proc.stdout, selectors.EVENT_READ)
         deadline = time.monotonic() + START_TIMEOUT

@@ -28,7 +28,7 @@ class Server:
     def __init__(self, data_dir: str):
         self.argv = [sys.executable, "-m", "imapserver.main", "--data-dir", data_dir,
                      "--imap-port", "auto", "--imaps-port", "0", "--smtp-port", "auto",
-                     "--lmtp-port", "0"]
+                     "--lmtp-port", "0", "--sieve-port", "0"]
         self.ports: dict[str, int] = {}
 
     def __enter__(self) -> Server:

@@ -130,7 +130,8 @@ def test_ports_auto_and_zero(tmp_path):
     store = MailStore(EmbeddedBackend(str(tmp_path / "store")))
     store.close()
     argv = [sys.executable, "-m", "imapserver.main", "--data-dir", str(tmp_path / "store"),
-            "--imap-port", "0", "--imaps-port", "0", "--smtp-port", "auto", "--lmtp-port", "0"]
+            "--imap-port", "0", "--imaps-port", "0", "--smtp-port", "auto", "--lmtp-port", "0",
+            "--sieve-port", "0"]
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     line = proc.stdout.readline().decode()
     assert line.startswith("smtp listening on 127.0.0.1:"), line

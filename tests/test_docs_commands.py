@@ -76,7 +76,7 @@ def test_readme_twistd_line_serves_imap_from_a_fresh_shell(tmp_path):
     login = re.search(r"C: a1 (LOGIN \S+ \S+)", read("README.md")).group(1)
     env = shell_env(tmp_path, FRESH_PATH)
     proc = subprocess.Popen(["bash", "-c", f"exec {twistd} --imap-port auto "
-                             "--imaps-port 0 --smtp-port 0 --lmtp-port 0"],
+                             "--imaps-port 0 --smtp-port 0 --lmtp-port 0 --sieve-port 0"],
                             cwd=tmp_path, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT)
     output = b""

@@ -15,7 +15,16 @@ import Hbase_thrift  # loaded by happybase from its Hbase.thrift
 import pytest
 
 from mailstore import config
-from mailstore.schema import CONTENT, MAILBOX_INDEX, SUBSCRIPTIONS, TABLES, USERS, Layout, ddl
+from mailstore.schema import (
+    CONTENT,
+    MAILBOX_INDEX,
+    SIEVE_SCRIPTS,
+    SUBSCRIPTIONS,
+    TABLES,
+    USERS,
+    Layout,
+    ddl,
+)
 from mailstore.testing.thrift_gateway import ThriftGateway
 from tests.admincli import run
 
@@ -98,9 +107,11 @@ def test_uuid_tables_are_pre_split_and_user_tables_are_not():
     """UniformSplit for keys that start with a random UUID; the user-name-keyed tables stay
     one region (their names do not spread: decision 0015 has the salting plan)."""
     created = check_shell_script(ddl(layout=Layout(regions=48)))
+    assert {t.name for t in (MAILBOX_INDEX, USERS, SUBSCRIPTIONS, SIEVE_SCRIPTS)} <= \
+        {t.name for t in TABLES if t.split is None}
     for table in TABLES:
         split = [h for h in created[table.name] if "NAME" not in h]
-        if table in (MAILBOX_INDEX, USERS, SUBSCRIPTIONS):
+        if table.split is None:   # user-name keyed: MAILBOX_INDEX, USERS, SUBSCRIPTIONS, ...
             assert split == [], table.name
         else:
             assert split == [{"NUMREGIONS": "48", "SPLITALGO": "'UniformSplit'"}], table.name

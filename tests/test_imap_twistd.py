@@ -18,7 +18,7 @@ def test_twistd_plugin_serves_imap(tmp_path):
     twistd = os.path.join(os.path.dirname(sys.executable), "twistd")
     proc = subprocess.Popen([twistd, "-n", "--reactor=asyncio", "--pidfile=", "imapserver",
                              "--data-dir", data_dir, "--imap-port", "auto", "--imaps-port",
-                             "0", "--smtp-port", "0", "--lmtp-port", "0"],
+                             "0", "--smtp-port", "0", "--lmtp-port", "0", "--sieve-port", "0"],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd=tmp_path)
     sel = selectors.DefaultSelector()
     sel.register(proc.stdout, selectors.EVENT_READ)

@@ -31,7 +31,8 @@ def mailadmin(*args: str, data_dir: str, stdin: str | None = None,
 def server(data_dir: str, config: str | None = None) -> subprocess.CompletedProcess:
     """Run the server to completion: it is expected to refuse to start."""
     cmd = [sys.executable, "-m", "imapserver.main", "--data-dir", data_dir,
-           "--imap-port", "auto", "--imaps-port", "0", "--smtp-port", "0", "--lmtp-port", "0"]
+           "--imap-port", "auto", "--imaps-port", "0", "--smtp-port", "0", "--lmtp-port", "0",
+           "--sieve-port", "0"]
     if config:
         cmd += ["--config", config]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=60, umask=UMASK)

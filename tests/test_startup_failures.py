@@ -46,6 +46,7 @@ def workers(request):
 def server_cmd(data_dir, *extra: str) -> list[str]:
     return [sys.executable, "-m", "imapserver.main", "--data-dir", str(data_dir),
             "--imap-port", "auto", "--imaps-port", "0", "--smtp-port", "0", "--lmtp-port", "0",
+            "--sieve-port", "0",
             "--workers", WORKERS[0], *extra]
 
 
@@ -245,7 +246,7 @@ def test_twistd_with_its_port_in_use(tmp_path, taken):
     twistd = os.path.join(os.path.dirname(sys.executable), "twistd")
     cmd = [twistd, "-n", "--reactor=asyncio", "--pidfile=", "imapserver", "--data-dir",
            str(tmp_path / "store"), "--imap-port", str(taken), "--imaps-port", "0",
-           "--smtp-port", "0", "--lmtp-port", "0"]
+           "--smtp-port", "0", "--lmtp-port", "0", "--sieve-port", "0"]
     code, output, seconds = run_until_exit(cmd, cwd=tmp_path)
     assert code > 0, output
     assert f"imapserver: cannot start: Couldn't listen on 127.0.0.1:{taken}" in output

@@ -15,6 +15,16 @@ from .grammar import Node, SieveSyntaxError, parse
 from .interpreter import SUPPORTED
 from .match import COMPARATORS, RELATIONS
 
+EXTENSIONS: tuple[str, ...] = (
+    "fileinto", "reject", "ereject", "envelope", "imap4flags", "copy", "body", "variables",
+    "relational", "comparator-i;ascii-numeric", "subaddress", "date", "index", "vacation",
+    "vacation-seconds", "include", "mailbox", "duplicate", "editheader", "encoded-character",
+)
+"""The capabilities ManageSieve announces as ``SIEVE`` (RFC 5804 1.7), in this order: what
+:data:`~mailstore.sieve.interpreter.SUPPORTED` runs, without the two comparators every
+implementation has (RFC 5228 2.7.3).  ``mboxmetadata`` is not offered: the METADATA store is
+not merged into this branch (docs/sieve.md)."""
+
 
 def validate(text: str | bytes) -> list[str]:
     """Errors in ``text`` as ``"line N: message"`` strings, first error first."""

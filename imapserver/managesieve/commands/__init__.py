@@ -1,0 +1,3 @@
+"""ManageSieve commands, one module per group (RFC 5804 2): importing this registers them."""
+
+from . import auth, basic, scripts  # noqa: F401

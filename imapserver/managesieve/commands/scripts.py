@@ -1,0 +1,116 @@
+"""Script management, in the authenticated state (RFC 5804 2.3, 2.5-2.12).
+
+    havespace    = "HAVESPACE" SP sieve-name SP number CRLF          ; 2.5
+    putscript    = "PUTSCRIPT" SP sieve-name SP sieve-script CRLF    ; 2.6
+    listscripts  = "LISTSCRIPTS" CRLF                                ; 2.7
+    setactive    = "SETACTIVE" SP active-sieve-name CRLF             ; 2.8 ("" deactivates)
+    getscript    = "GETSCRIPT" SP sieve-name CRLF                    ; 2.9
+    deletescript = "DELETESCRIPT" SP sieve-name CRLF                 ; 2.10
+    renamescript = "RENAMESCRIPT" SP old-sieve-name SP new-sieve-name CRLF   ; 2.11.1
+    checkscript  = "CHECKSCRIPT" SP sieve-script CRLF                ; 2.12
+
+Storage, limits and atomic activation are mailstore's (mailstore/sievescripts.py); the
+validity check is mailstore/sieve/validate.py's.  Store errors become response codes in
+server.py (NONEXISTENT, ACTIVE, ALREADYEXISTS, QUOTA/MAXSCRIPTS, QUOTA/MAXSIZE, QUOTA).
+"""
+
+from __future__ import annotations
+
+from twisted.internet import defer
+
+from mailstore.sieve.validate import validate
+
+from .. import wire
+from ..context import AUTH, No, command
+
+
+def _script(ctx, index: int) -> str:
+    arg = ctx.args[index]
+    if not arg.is_string:
+        raise No("Expected the script as a string")
+    try:
+        return arg.data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise No("The script is not UTF-8 (RFC 5228 2.2)") from None
+
+
+def _refuse_invalid(errors: list[str]) -> None:
+    """RFC 5804 2.6: NO with the errors, which name their lines; nothing is stored."""
+    if errors:
+        raise No("\r\n".join(errors))
+
+
+@command("HAVESPACE", AUTH)
+@defer.inlineCallbacks
+def havespace(ctx):
+    ctx.expect_args(2)
+    name, size = ctx.text(0, "script name"), ctx.number(1, "script size")
+    yield ctx.call(ctx.store.sieve_scripts.check_space, ctx.session.user, name, size)
+    ctx.finish(b"OK", "Putscript would succeed")
+
+
+@command("PUTSCRIPT", AUTH)
+@defer.inlineCallbacks
+def putscript(ctx):
+    ctx.expect_args(2)
+    name, script = ctx.text(0, "script name"), _script(ctx, 1)
+    _refuse_invalid((yield ctx.compute(validate, script)))
+    yield ctx.call(ctx.store.sieve_scripts.put, ctx.session.user, name, script)
+    ctx.finish(b"OK", "Putscript completed")
+
+
+@command("CHECKSCRIPT", AUTH)
+@defer.inlineCallbacks
+def checkscript(ctx):
+    ctx.expect_args(1)
+    _refuse_invalid((yield ctx.compute(validate, _script(ctx, 0))))
+    ctx.finish(b"OK", "Script is valid")
+
+
+@command("LISTSCRIPTS", AUTH)
+@defer.inlineCallbacks
+def listscripts(ctx):
+    ctx.expect_args(0)
+    for name, active in (yield ctx.call(ctx.store.sieve_scripts.list, ctx.session.user)):
+        ctx.line(wire.string(name) + (b" ACTIVE" if active else b""))
+    ctx.finish(b"OK", "Listscripts completed")
+
+
+@command("SETACTIVE", AUTH)
+@defer.inlineCallbacks
+def setactive(ctx):
+    ctx.expect_args(1)
+    name = ctx.text(0, "script name")
+    yield ctx.call(ctx.store.sieve_scripts.activate, ctx.session.user, name or None)
+    ctx.finish(b"OK", "Setactive completed" if name else "Script deactivated")
+
+
+@command("GETSCRIPT", AUTH)
+@defer.inlineCallbacks
+def getscript(ctx):
+    ctx.expect_args(1)
+    name = ctx.text(0, "script name")
+    text = yield ctx.call(ctx.store.sieve_scripts.get, ctx.session.user, name)
+    if text is None:
+        raise No("Script does not exist", "NONEXISTENT")
+    data = text.encode("utf-8")
+    ctx.line(b"{%d}\r\n" % len(data) + data)     # always a literal, as Dovecot sends it
+    ctx.finish(b"OK", "Getscript completed")
+
+
+@command("DELETESCRIPT", AUTH)
+@defer.inlineCallbacks
+def deletescript(ctx):
+    ctx.expect_args(1)
+    yield ctx.call(ctx.store.sieve_scripts.delete, ctx.session.user,
+                   ctx.text(0, "script name"))
+    ctx.finish(b"OK", "Deletescript completed")
+
+
+@command("RENAMESCRIPT", AUTH)
+@defer.inlineCallbacks
+def renamescript(ctx):
+    ctx.expect_args(2)
+    yield ctx.call(ctx.store.sieve_scripts.rename, ctx.session.user,
+                   ctx.text(0, "old script name"), ctx.text(1, "new script name"))
+    ctx.finish(b"OK", "Renamescript completed")

@@ -1,0 +1,233 @@
+"""ManageSieve (RFC 5804) transcript tests against a real ``imapserver`` on ``--sieve-port auto``.
+
+Each test starts its own server on a fresh store; the conversation is raw bytes over a socket
+(tests/sieveclient.py) and the answers are compared as the server wrote them.
+"""
+
+from __future__ import annotations
+
+import base64
+
+import pytest
+
+from mailstore.backends.embedded import EmbeddedBackend
+from mailstore.store import MailStore
+from tests.imapproc import ServerProcess, make_users
+from tests.sieveclient import SieveClient, capabilities
+from tests.tlscert import make_cert
+
+KEEP = b'require "fileinto";\r\nif header :contains "subject" "x" {\r\n  fileinto "X";\r\n}\r\n'
+LIMITS = ("[managesieve]\nmax_scripts = 3\nmax_script_size = 200\nmax_total_size = 500\n"
+          "max_line_length = 1024\n")
+
+
+@pytest.fixture
+def server(tmp_path):
+    data_dir = str(tmp_path / "store")
+    make_users(data_dir, ("alice", "alice-pw"), ("bob", "bob-pw"))
+    conf = tmp_path / "c.conf"
+    conf.write_text("[store]\nsynchronous = NORMAL\n[imap]\nauth_failure_delay = 0.1\n" + LIMITS)
+    with ServerProcess(data_dir, "--sieve-port", "auto", config=str(conf)) as proc:
+        proc.clients = []
+        try:
+            yield proc
+        finally:
+            for client in proc.clients:
+                client.close()
+
+
+def connect(server) -> SieveClient:
+    """A client, closed when the test ends."""
+    if not hasattr(server, "clients"):
+        server.clients = []
+    server.clients.append(SieveClient(server.ports["managesieve"]))
+    return server.clients[-1]
+
+
+def literal(data: bytes, plus: bool = True) -> bytes:
+    return b"{%d%s}\r\n" % (len(data), b"+" if plus else b"") + data
+
+
+def stored(server, user: str) -> list[tuple[str, bool]]:
+    """The user's scripts as the store has them (read through a second connection)."""
+    store = MailStore(EmbeddedBackend(server.data_dir), create_tables=False)
+    try:
+        return store.sieve_scripts.list(user)
+    finally:
+        store.close()
+
+
+def test_greeting_lists_the_capabilities(server):
+    """RFC 5804 1.7: the greeting is the capability listing then OK; IMPLEMENTATION, SASL,
+    SIEVE and VERSION "1.0" are required; no STARTTLS without a certificate; NOTIFY is not
+    offered (no enotify); CAPABILITY repeats them, with OWNER once authenticated."""
+    c = connect(server)
+    assert c.greeting[-1].startswith(b"OK")
+    caps = capabilities(c.greeting[:-1])
+    assert caps["IMPLEMENTATION"] and caps["VERSION"] == "1.0"
+    assert caps["SASL"].split() == ["PLAIN", "LOGIN"]     # loopback: plaintext allowed
+    assert {"fileinto", "vacation", "imap4flags", "envelope"} <= set(caps["SIEVE"].split())
+    assert "STARTTLS" not in caps and "NOTIFY" not in caps and "OWNER" not in caps
+    assert c.cmd("CAPABILITY") == c.greeting[:-1] + [b'OK "Capability completed"']
+    assert c.login("alice", "alice-pw") == [b'OK "Logged in"']
+    assert capabilities(c.cmd("CAPABILITY"))["OWNER"] == "alice"
+    c.close()
+
+
+def test_commands_before_authentication_are_refused(server):
+    """RFC 5804 2: script commands need the authenticated state; an unknown command is NO
+    (ManageSieve has no BAD); NOOP and CAPABILITY work in every state."""
+    c = connect(server)
+    for command in ("LISTSCRIPTS", 'GETSCRIPT "a"', 'SETACTIVE "a"', 'DELETESCRIPT "a"',
+                    'HAVESPACE "a" 10', 'RENAMESCRIPT "a" "b"', "UNAUTHENTICATE"):
+        assert c.cmd(command) == [b'NO "Authenticate first"'], command
+    assert c.cmd(b'PUTSCRIPT "a" ' + literal(b"keep;")) == [b'NO "Authenticate first"']
+    assert c.cmd("FROBNICATE") == [b'NO "Unknown command FROBNICATE"']
+    assert c.cmd('NOOP "t1"') == [b'OK (TAG "t1") "Done"']
+    assert c.cmd("LOGOUT") == [b'OK "Logout completed"']
+    assert c.closed_by_peer()
+    assert stored(server, "alice") == []
+
+
+def test_authenticate_plain_login_continuations_cancel_and_failure(server):
+    """RFC 5804 2.1: PLAIN with an initial response (SASL-IR) or after an empty challenge,
+    LOGIN's two challenges, ``"*"`` cancels (NO), a wrong password is NO; after
+    UNAUTHENTICATE (2.14.1) another user may log in."""
+    c = connect(server)
+    assert c.login("alice", "wrong") == [b'NO "Authentication failed"']
+    c.send('AUTHENTICATE "PLAIN"\r\n')
+    assert c.line() == b'""'
+    token = base64.b64encode(b"\0alice\0alice-pw")
+    c.send(b"{%d+}\r\n" % len(token) + token + b"\r\n")
+    assert c.response() == [b'OK "Logged in"']
+    assert c.cmd("AUTHENTICATE \"PLAIN\"") == [b'NO "Already authenticated"']
+    assert c.cmd("UNAUTHENTICATE") == [b'OK "Unauthenticate completed"']
+    assert c.cmd("LISTSCRIPTS") == [b'NO "Authenticate first"']
+    c.send('AUTHENTICATE "LOGIN"\r\n')
+    assert base64.b64decode(c.line().strip(b'"')) == b"Username:"
+    c.send('"' + base64.b64encode(b"bob").decode() + '"\r\n')
+    assert base64.b64decode(c.line().strip(b'"')) == b"Password:"
+    c.send('"*"\r\n')
+    assert c.response() == [b'NO "Authentication cancelled"']
+    assert c.cmd('AUTHENTICATE "DIGEST-MD5"')[-1].startswith(b"NO")
+    assert c.login("bob", "bob-pw") == [b'OK "Logged in"']
+    assert capabilities(c.cmd("CAPABILITY"))["OWNER"] == "bob"
+    c.close()
+
+
+def test_script_lifecycle(server):
+    """RFC 5804 2.5-2.12: HAVESPACE, PUTSCRIPT (literal, quoted), LISTSCRIPTS with ACTIVE,
+    SETACTIVE and SETACTIVE "" (deactivate), GETSCRIPT (a literal), DELETESCRIPT of the
+    active script refused (ACTIVE), RENAMESCRIPT (ALREADYEXISTS, NONEXISTENT), CHECKSCRIPT."""
+    c = connect(server)
+    c.login("alice", "alice-pw")
+    assert c.cmd('HAVESPACE "rules" 100') == [b'OK "Putscript would succeed"']
+    assert c.cmd(b'PUTSCRIPT "rules" ' + literal(KEEP)) == [b'OK "Putscript completed"']
+    assert c.cmd('PUTSCRIPT "other" "keep;"') == [b'OK "Putscript completed"']
+    assert c.cmd("LISTSCRIPTS") == [b'"other"', b'"rules"', b'OK "Listscripts completed"']
+    assert c.cmd('SETACTIVE "rules"') == [b'OK "Setactive completed"']
+    assert c.cmd("LISTSCRIPTS") == [b'"other"', b'"rules" ACTIVE',
+                                    b'OK "Listscripts completed"']
+    assert c.cmd('GETSCRIPT "rules"') == [b"{%d}\r\n" % len(KEEP) + KEEP,
+                                          b'OK "Getscript completed"']
+    assert c.cmd('GETSCRIPT "nope"') == [b'NO (NONEXISTENT) "Script does not exist"']
+    assert c.cmd('DELETESCRIPT "rules"')[0].startswith(b"NO (ACTIVE)")
+    assert c.cmd('RENAMESCRIPT "rules" "other"')[0].startswith(b"NO (ALREADYEXISTS)")
+    assert c.cmd('RENAMESCRIPT "nope" "x"')[0].startswith(b"NO (NONEXISTENT)")
+    assert c.cmd('RENAMESCRIPT "rules" "main"') == [b'OK "Renamescript completed"']
+    assert stored(server, "alice") == [("main", True), ("other", False)]
+    assert c.cmd('SETACTIVE "nope"')[0].startswith(b"NO (NONEXISTENT)")
+    assert c.cmd('SETACTIVE ""') == [b'OK "Script deactivated"']
+    assert c.cmd('DELETESCRIPT "main"') == [b'OK "Deletescript completed"']
+    assert c.cmd('DELETESCRIPT "main"')[0].startswith(b"NO (NONEXISTENT)")
+    assert c.cmd(b"CHECKSCRIPT " + literal(KEEP)) == [b'OK "Script is valid"']
+    assert stored(server, "alice") == [("other", False)]
+    assert c.cmd("LOGOUT") == [b'OK "Logout completed"']
+
+
+def test_an_unparseable_script_is_refused_with_its_line_and_nothing_changes(server):
+    """RFC 5804 2.6/2.12: a script that does not parse is NO with the error (naming its line)
+    and is neither stored nor activated; the active script stays as it was."""
+    c = connect(server)
+    c.login("alice", "alice-pw")
+    c.cmd(b'PUTSCRIPT "good" ' + literal(KEEP))
+    c.cmd('SETACTIVE "good"')
+    broken = b'require "fileinto";\r\nif true {\r\n  fileinto "X";\r\n'
+    answer = c.cmd(b'PUTSCRIPT "good" ' + literal(broken))
+    assert answer[0].startswith(b'NO "line 4:') and len(answer) == 1, answer
+    answer = c.cmd(b'PUTSCRIPT "new" ' + literal(b'keep;\r\nfrobnicate "x";\r\n'))
+    assert answer[0].startswith(b'NO "line 2:'), answer
+    answer = c.cmd(b'CHECKSCRIPT ' + literal(b'require "no-such-extension";\r\n'))
+    assert answer[0].startswith(b'NO "line 1:') and b"no-such-extension" in answer[0]
+    assert c.cmd('GETSCRIPT "good"')[0] == b"{%d}\r\n" % len(KEEP) + KEEP
+    assert c.cmd(b'PUTSCRIPT "bin" ' + literal(b"keep; # \xff\r\n"))[0].startswith(b"NO")
+    assert stored(server, "alice") == [("good", True)]
+
+
+def test_limits_give_quota_codes_and_the_session_goes_on(server):
+    """RFC 5804 2.5/2.6: over the script size QUOTA/MAXSIZE (a literal over the limit is read
+    and dropped, announced {n+} or {n}), over the count QUOTA/MAXSCRIPTS, over the total
+    QUOTA; the session continues after each."""
+    c = connect(server)
+    c.login("alice", "alice-pw")
+    assert c.cmd('HAVESPACE "big" 201')[0].startswith(b"NO (QUOTA/MAXSIZE)")
+    big = b"#" * 300 + b"\r\nkeep;\r\n"
+    assert c.cmd(b'PUTSCRIPT "big" ' + literal(big))[0].startswith(b"NO (QUOTA/MAXSIZE)")
+    assert c.cmd(b'PUTSCRIPT "big" ' + literal(big, plus=False))[0].startswith(
+        b"NO (QUOTA/MAXSIZE)")
+    script = b"#" * 150 + b"\r\nkeep;\r\n"
+    for name in ("a", "b", "c"):
+        assert c.cmd(b'PUTSCRIPT "%s" ' % name.encode() + literal(script))[0].startswith(
+            b"OK"), name
+    assert c.cmd('PUTSCRIPT "d" "keep;"')[0].startswith(b"NO (QUOTA/MAXSCRIPTS)")
+    assert c.cmd('HAVESPACE "d" 1')[0].startswith(b"NO (QUOTA/MAXSCRIPTS)")
+    c.cmd('DELETESCRIPT "c"')
+    assert c.cmd(b'PUTSCRIPT "c" ' + literal(b"#" * 190 + b"\r\nkeep;\r\n"))[0].startswith(
+        b"NO (QUOTA)")
+    assert c.cmd('NOOP')[0].startswith(b"OK")
+    assert [n for n, _ in stored(server, "alice")] == ["a", "b"]
+
+
+def test_a_line_over_the_limit_gets_bye(server):
+    """A command line over ``max_line_length`` cannot be parsed safely: BYE and the
+    connection is closed (RFC 5804 1.3 BYE)."""
+    c = connect(server)
+    c.send(b'NOOP "' + b"x" * 2000 + b'"\r\n')
+    assert c.response()[0].startswith(b"BYE")
+    assert c.closed_by_peer()
+
+
+def test_quoted_strings_escapes_and_utf8_names(server):
+    """RFC 5804 4: quoted strings escape only \\ and "; script names are UTF-8 (1.6) and come
+    back in LISTSCRIPTS as sent; a name with a control character is refused."""
+    c = connect(server)
+    c.login("alice", "alice-pw")
+    assert c.cmd('PUTSCRIPT "we\\"ird\\\\ n\u00e4me" "keep;"')[0].startswith(b"OK")
+    assert c.cmd("LISTSCRIPTS")[0] == '"we\\"ird\\\\ n\u00e4me"'.encode()
+    assert c.cmd(b'PUTSCRIPT ' + literal(b"a\tb") + b' "keep;"')[0].startswith(b"NO")
+    assert c.cmd('PUTSCRIPT "x\\n" "keep;"')[0].startswith(b"NO")   # \n is no escape
+
+
+def test_starttls_reissues_capabilities_and_plaintext_needs_tls(tmp_path):
+    """RFC 5804 2.2: STARTTLS is offered with a certificate; after the handshake the server
+    sends the capabilities again (without STARTTLS) and OK.  With ``plaintext_auth = no``
+    the SASL list is empty before TLS and AUTHENTICATE is NO (ENCRYPT-NEEDED)."""
+    data_dir = str(tmp_path / "store")
+    make_users(data_dir, ("alice", "alice-pw"))
+    cert, key = make_cert(str(tmp_path))
+    conf = tmp_path / "c.conf"
+    conf.write_text(f"[imap]\ntls_cert = {cert}\ntls_key = {key}\nplaintext_auth = no\n")
+    with ServerProcess(data_dir, "--sieve-port", "auto", config=str(conf)) as server:
+        c = connect(server)
+        caps = capabilities(c.greeting[:-1])
+        assert "STARTTLS" in caps and caps["SASL"] == ""
+        assert c.login("alice", "alice-pw")[0].startswith(b"NO (ENCRYPT-NEEDED)")
+        after = c.starttls(cert)
+        assert after[-1].startswith(b"OK")
+        caps = capabilities(after[:-1])
+        assert "STARTTLS" not in caps and caps["SASL"].split() == ["PLAIN", "LOGIN"]
+        assert c.cmd("STARTTLS")[0].startswith(b"NO")
+        assert c.login("alice", "alice-pw") == [b'OK "Logged in"']
+        assert c.cmd('PUTSCRIPT "s" "keep;"')[0].startswith(b"OK")
+        assert c.cmd("LOGOUT")[0].startswith(b"OK")
+        c.close()
