@@ -56,6 +56,13 @@ def _int_range(low: int, high: int):
     return parse
 
 
+def _positive(text: str) -> float:
+    value = float(text)
+    if not value > 0:
+        raise ValueError("expected a number of seconds above 0")
+    return value
+
+
 # [hbase] keys that describe the tables' layout, not the connection.
 LAYOUT_KEYS = ("regions_per_table", "compression", "mob")
 
@@ -109,6 +116,21 @@ SCHEMA: dict[str, dict[str, Key]] = {
         "plus_addressing": Key(_bool, True),
         "over_quota_code": Key(_choice("452", "552"), "452"),
         "smtp_require_starttls": Key(_bool, False),
+        # The relay for outgoing mail (Sieve redirect/vacation, bounces): docs/relay.md.
+        "relay_host": Key(str, ""),
+        "relay_port": Key(_int_range(1, 65535), 25),
+        "relay_starttls": Key(_choice("no", "opportunistic", "required"), "opportunistic"),
+        "relay_ca_file": Key(str, ""),
+        "relay_username": Key(str, ""),
+        "relay_password": Key(str, ""),
+        "relay_helo": Key(str, ""),
+        "relay_timeout": Key(_positive, 60.0),
+        "relay_claim_timeout": Key(_positive, 600.0),
+        "relay_max_attempts": Key(_int_range(1, 1000), 30),
+        "relay_max_age": Key(_positive, 5 * 86400.0),
+        "relay_backoff_base": Key(_positive, 60.0),
+        "relay_backoff_max": Key(_positive, 3600.0),
+        "relay_poll_interval": Key(_positive, 30.0),
     },
     "managesieve": {
         "host": Key(str, "127.0.0.1"),

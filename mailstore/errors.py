@@ -77,3 +77,9 @@ class SharedPermissions(MailStoreError):
     """A store directory or file that users other than its owner can reach (group or world
     permission bits), refused unless the configuration allows it: the store holds every user's
     mail and password hash.  The message names the path and its mode."""
+
+
+class InvalidAddress(MailStoreError):
+    """An envelope address the outgoing queue refuses: empty where one is needed, or holding
+    characters that could end an SMTP command line or inject another (CR, LF, NUL, ``<``,
+    ``>``; RFC 5321 4.1.2)."""

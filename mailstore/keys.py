@@ -183,3 +183,10 @@ def user_key(user: str) -> bytes:
 # -- a row in JAMES_MAILBOXES that no UUID4 can take (version nibble 0), for store-wide counters
 
 STORE_ROW = b"\x00" * UUID_LEN
+
+
+# -- JAMES_OUTBOX: 16-byte time-ordered entry id ----------------------------------------------
+
+def outbox_range() -> tuple[bytes, bytes]:
+    """(start, stop) of every outgoing queue entry: all 16-byte ids."""
+    return b"\x00" * UUID_LEN, b"\xff" * (UUID_LEN + 1)

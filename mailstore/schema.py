@@ -254,8 +254,30 @@ SIEVE_SCRIPTS = TableDef(
            "change",
 )
 
+OUTBOX = TableDef(
+    name="JAMES_OUTBOX",
+    purpose="The outgoing queue: mail the server sends itself (Sieve redirect and vacation, "
+            "reject notices, bounces) until an SMTP relay accepts it "
+            "(docs/decisions/0024-outgoing-queue.md).",
+    row_key="16-byte entry id, time-ordered (UUIDv7), so a listing is oldest first",
+    families={
+        "q": "q:e (envelope JSON: from, to, reason, created, size, chunks; written once, with "
+             "the last chunk), q:s (state JSON: pending/sent/refused recipients, attempts, next "
+             "attempt, last error, lease; the entry exists once it is there, and changes only "
+             "by check-and-put), q:t (8-byte start time, for removing a cut-off enqueue)",
+        "c": "the message bytes in chunks, qualifiers 1, 2, 3, ... (decimal), each at most "
+             "chunk_size bytes",
+    },
+    access="one put per chunk, the last with q:e and q:s; a bounded scan of q:e and q:s of "
+           "every entry per drain (the queue is short); check-and-put of q:s per claim and "
+           "per attempt's result; one get of the chunks per attempt; the row deleted when done",
+    # One region: a short queue written at the rate of vacation replies and redirects, read
+    # whole by each drain (decision 0024).  No MOB: an entry lives minutes, mostly dying in
+    # the memstore before a flush, and a MOB file would keep its chunks until MOB compaction.
+)
+
 TABLES: tuple[TableDef, ...] = (MAILBOXES, MAILBOX_INDEX, MESSAGES, CONTENT, SUBSCRIPTIONS,
-                                USERS, INTENTS, IMPORTS, CHANGES, SIEVE_SCRIPTS)
+                                USERS, INTENTS, IMPORTS, CHANGES, SIEVE_SCRIPTS, OUTBOX)
 
 
 SPLIT_ALGORITHMS = {"uniform": "UniformSplit", "hex": "HexStringSplit"}

@@ -41,8 +41,9 @@ from .messages import (
     known_size,
 )
 from .modseqs import SinceModseq, since_modseq
+from .outbox import Outbox
 from .records import COMMITTED, DELETING, MOVING, Flags, MessageRecord, state_of
-from .schema import IMPORTS, INTENTS, Layout, create_schema
+from .schema import IMPORTS, INTENTS, OUTBOX, Layout, create_schema
 from .sievescripts import ScriptLimits, SieveScripts
 from .sortcache import MessageKeys, SortKeyCache
 from .transfers import Transfers
@@ -109,11 +110,19 @@ class MailStore:
         self.sort_cache = SortKeyCache(self.messages)
         self._sieve_scripts = SieveScripts(backend, limits=sieve_limits, clock=clock,
                                            user_exists=self.users.get)
+        self._chunk_size = chunk_size
 
     @property
     def sieve_scripts(self) -> SieveScripts:
         """Every user's Sieve scripts and the active one (mailstore/sievescripts.py)."""
         return self._sieve_scripts
+
+    @functools.cached_property
+    def outbox(self) -> Outbox:
+        """The outgoing queue (mailstore/outbox.py): mail the server sends through its relay."""
+        return Outbox(self.backend.table(OUTBOX.name), chunk_size=self._chunk_size,
+                      max_message_size=self.max_message_size, clock=self.clock,
+                      sync=self.backend.sync)
 
     @classmethod
     def open(cls, backend_name: str, backend_options: dict, **store_options) -> MailStore:

@@ -18,6 +18,7 @@ from mailstore import config
 from mailstore.schema import (
     CONTENT,
     MAILBOX_INDEX,
+    OUTBOX,
     SIEVE_SCRIPTS,
     SUBSCRIPTIONS,
     TABLES,
@@ -105,9 +106,10 @@ def test_the_checked_in_script_is_shell_syntax_and_creates_each_table_once():
 
 def test_uuid_tables_are_pre_split_and_user_tables_are_not():
     """UniformSplit for keys that start with a random UUID; the user-name-keyed tables stay
-    one region (their names do not spread: decision 0015 has the salting plan)."""
+    one region (their names do not spread: decision 0015 has the salting plan), and so does
+    the outgoing queue (time-ordered keys of a short queue: decision 0024)."""
     created = check_shell_script(ddl(layout=Layout(regions=48)))
-    assert {t.name for t in (MAILBOX_INDEX, USERS, SUBSCRIPTIONS, SIEVE_SCRIPTS)} <= \
+    assert {t.name for t in (MAILBOX_INDEX, USERS, SUBSCRIPTIONS, SIEVE_SCRIPTS, OUTBOX)} <= \
         {t.name for t in TABLES if t.split is None}
     for table in TABLES:
         split = [h for h in created[table.name] if "NAME" not in h]

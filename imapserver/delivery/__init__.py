@@ -4,8 +4,10 @@
 one Twisted's asyncio reactor runs), next to IMAP.  A message is stored by
 :meth:`MailStore.deliver` in a worker thread and acknowledged only once it is committed; see
 ``handler`` for the replies, ``transaction`` for the all-or-nothing rules, ``trace`` for the
-header fields added, docs/postfix.md for feeding the store from Postfix.  Both listeners offer
-STARTTLS (RFC 3207) with the IMAP certificate when one is configured; see ``protocol``.
+header fields added, docs/postfix.md for feeding the store from Postfix.  ``relay`` sends the
+outgoing queue (mailstore/outbox.py) to the configured SMTP relay (docs/relay.md).  Both
+listeners offer STARTTLS (RFC 3207) with the IMAP certificate when one is configured; see
+``protocol``.
 """
 
 from __future__ import annotations
@@ -49,7 +51,7 @@ class Listener:
         await server.wait_closed()
 
 
-def start(store, cfg, reactor, loop: asyncio.AbstractEventLoop, announce) -> list[Listener]:
+def start(store, cfg, reactor, loop: asyncio.AbstractEventLoop, announce) -> list:
     """Bind the SMTP and LMTP listeners of ``cfg["delivery"]`` and serve them on ``loop``.
 
     Called on ``loop``'s thread.  The sockets are bound here, synchronously, so that a port in
@@ -104,6 +106,11 @@ def start(store, cfg, reactor, loop: asyncio.AbstractEventLoop, announce) -> lis
         bound = sock.getsockname()[1]
         listeners.append(Listener(name, serving, bound, connections))
         announce(name, section["host"], bound)
+    # The sender of the outgoing queue (Sieve redirect/vacation, bounces): every process sends
+    # what it queued itself; one scans for entries due again (worker 1, or the only process).
+    from .. import observe
+    from . import relay
+    listeners.append(relay.start(store, cfg, loop, scans=observe.WORKER in (None, 1)))
     return listeners
 
 
