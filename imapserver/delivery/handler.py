@@ -150,7 +150,8 @@ class DeliveryHandler:
         source = header + trace.crlf(envelope.original_content)
         try:
             results = await asyncio.to_thread(timed_store_call, "deliver", self._store,
-                                              envelope, targets, source, delivery.encode())
+                                              envelope, targets, source, delivery.encode(),
+                                              len(header))
         except Exception as exc:  # the store failed as a whole: every recipient retries
             if not isinstance(exc, MailStoreError):  # a bug: keep its traceback
                 self.log.failure("deliver_failed", queue_id=delivery)
@@ -176,13 +177,14 @@ class DeliveryHandler:
         return reply
 
     def _store(self, envelope, targets: list[tuple[str, str]], source: bytes,
-               marker: bytes) -> list[Delivery]:
+               marker: bytes, trace_length: int) -> list[Delivery]:
         """Run each recipient's Sieve script, then store (in a worker thread).  Without any
-        active script this is exactly the delivery without Sieve."""
+        active script this is exactly the delivery without Sieve.  ``trace_length``: the
+        bytes of trace fields this delivery put before the message."""
         recipients = [(address, user, mailbox) for address, (user, mailbox)
                       in zip(envelope.rcpt_tos, targets, strict=True)]
         plans = make_plans(self.store, recipients, source, envelope.mail_from or "",
-                           self.settings.sieve, self.lmtp)
+                           self.settings.sieve, self.lmtp, trace_length)
         if all(p.script is None for p in plans):
             return deliver_message(self.store, targets, source, marker, not self.lmtp)
         return deliver_with_sieve(self.store, plans, source, marker, not self.lmtp)

@@ -32,14 +32,17 @@ log = Logger("sieve")
 
 
 def make_plans(store: MailStore, recipients: Sequence[tuple[str, str, str]], source: bytes,
-               mail_from: str, settings: SieveSettings, lmtp: bool) -> list[Plan]:
+               mail_from: str, settings: SieveSettings, lmtp: bool,
+               received_at: int = 0) -> list[Plan]:
     """One plan per (RCPT address, user, mailbox), in order.  A script that fails, or a
     store read that fails while it runs, leaves that recipient's plan as without Sieve:
-    the message is kept (RFC 5228 2.10.6), and the reason logged for the user."""
+    the message is kept (RFC 5228 2.10.6), and the reason logged for the user.
+    ``received_at``: where the message as received starts, after this delivery's trace
+    fields."""
     plans = []
     for address, user, mailbox in recipients:
         try:
-            p = plan(store, address, user, mailbox, source, mail_from, settings)
+            p = plan(store, address, user, mailbox, source, mail_from, settings, received_at)
         except MailStoreError as exc:
             log.warn("sieve_failed", user=user, error=str(exc))
             p = plain(address, user, mailbox)
@@ -78,11 +81,9 @@ def deliver_with_sieve(store: MailStore, plans: list[Plan], source: bytes, marke
     for i, p in enumerate(plans):
         if p.reject is not None:
             results[i] = Delivery(p.user, "INBOX", None, Rejected(p.reject))
-        elif not p.targets:
-            results[i] = Delivery(p.user, "", None)  # discarded: handled, stored nowhere
-    if all_or_nothing and any(r is not None and r.error for r in results):
+    if all_or_nothing and any(r is not None for r in results):
         # SMTP with a refusal: only possible with one recipient (see make_plans).
-        return [r or Delivery(p.user, p.targets[0][0], None, _conflict())
+        return [r or Delivery(p.user, p.targets[0][0] if p.targets else "", None, _conflict())
                 for r, p in zip(results, plans, strict=True)]
     # The copies, grouped by content: the shared message, then each edited one.
     groups: dict[bytes, list[tuple[int, str, str, tuple[str, ...]]]] = {}
@@ -110,7 +111,7 @@ def deliver_with_sieve(store: MailStore, plans: list[Plan], source: bytes, marke
     for i, p in enumerate(plans):
         if results[i] is not None:
             continue
-        mine = copies.get(i, [])
+        mine = copies.get(i, [])  # none for a discarded message: stored nowhere
         error = next((r.error for r in mine if r.error is not None), None)
         if error is None and len(mine) < len(p.targets):
             error = _conflict()  # its group was not reached: another recipient failed
@@ -123,10 +124,10 @@ def deliver_with_sieve(store: MailStore, plans: list[Plan], source: bytes, marke
                     log.failure("sieve_enqueue_failed", user=p.user)
         if error is not None:
             _withdraw_quietly(store, [r for r in mine if r.error is None], marker)
-            results[i] = Delivery(p.user, p.targets[0][0], None, error)
+            results[i] = Delivery(p.user, p.targets[0][0] if p.targets else "", None, error)
             failed_any = True
         else:
-            results[i] = mine[0]
+            results[i] = mine[0] if mine else Delivery(p.user, "", None)
     if all_or_nothing and failed_any:
         for i, result in enumerate(results):
             if result.error is None:

@@ -68,11 +68,13 @@ def plain(address: str, user: str, mailbox: str) -> Plan:
 
 
 def plan(store, address: str, user: str, mailbox: str, source: bytes, mail_from: str,
-         settings: SieveSettings) -> Plan:
+         settings: SieveSettings, received_at: int = 0) -> Plan:
     """Run ``user``'s active script, if any, on ``source`` for RCPT ``address``.
 
     ``mailbox`` is where the message goes without a script (INBOX, or a plus-address folder)
-    and is also the script's ``keep``.  Raises only what the store raises while reading.
+    and is also the script's ``keep``.  ``received_at`` is where the message as received
+    starts in ``source`` (after the trace fields this delivery added, whose Delivered-To is
+    not a sign of a loop).  Raises only what the store raises while reading.
     """
     if not settings.enabled:
         return plain(address, user, mailbox)
@@ -101,7 +103,7 @@ def plan(store, address: str, user: str, mailbox: str, source: bytes, mail_from:
         elif isinstance(action, Reject):
             out.reject = action.reason
         elif isinstance(action, Redirect):
-            _redirect(out, action, content or source, mail_from)
+            _redirect(out, action, content or source, source[received_at:], mail_from)
         elif isinstance(action, Vacation):
             try:
                 reply = build_reply(action, settings.hostname, env.now)
@@ -152,12 +154,13 @@ def _target(store, user: str, action: Store, out: Plan) -> str:
     return "INBOX"
 
 
-def _redirect(out: Plan, action: Redirect, message: bytes, mail_from: str) -> None:
+def _redirect(out: Plan, action: Redirect, message: bytes, received: bytes,
+              mail_from: str) -> None:
     """Queue a redirect (RFC 5228 4.2) unless it would loop: the message already went
     through this recipient (a ``Delivered-To`` or ``X-Loop`` naming them), as Postfix's
     local(8) and Dovecot detect loops.  The copy sent carries ``Delivered-To: <recipient>``
     so that a loop through another server ends here next time."""
-    fields, _ = split_message(message)
+    fields, _ = split_message(received)
     recipient = out.address.lower()
     seen = set()
     for name, value in fields:

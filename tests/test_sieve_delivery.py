@@ -1,0 +1,213 @@
+"""Sieve at LMTP/SMTP delivery (RFC 5228 and extensions; docs/sieve.md): scripts stored with
+``store.sieve_scripts``, messages sent with stdlib ``smtplib`` to the real listeners, results
+read back from the store and the outgoing queue."""
+
+from __future__ import annotations
+
+import smtplib
+
+import pytest
+
+from mailstore.backends.embedded import EmbeddedBackend
+from mailstore.messages import SUMMARY
+from mailstore.store import MailStore
+from tests.deliveryserver import InProcess, lmtp_send
+
+SENDER = "sender@example.org"
+
+
+def msg(subject: str = "hello", extra: str = "", message_id: str = "<m1@example.org>",
+        to: str = "alice@example.com") -> bytes:
+    return (f"From: Sender <{SENDER}>\r\nTo: {to}\r\nSubject: {subject}\r\n"
+            f"Message-ID: {message_id}\r\n{extra}\r\nbody text\r\n").encode()
+
+
+def open_store(backend) -> MailStore:
+    store = MailStore(backend, max_message_size=1 << 20)
+    for user in ("alice", "bob", "carol"):
+        store.create_user(user, None)
+    return store
+
+
+@pytest.fixture
+def store(tmp_path):
+    store = open_store(EmbeddedBackend(str(tmp_path / "store")))
+    yield store
+    store.close()
+
+
+@pytest.fixture
+def server(store):
+    with InProcess(store) as server:
+        yield server
+
+
+def activate(store, user: str, text: str, name: str = "main") -> None:
+    store.sieve_scripts.put(user, name, text)
+    store.sieve_scripts.activate(user, name)
+
+
+def lmtp(server, recipients, data, sender=SENDER):
+    with smtplib.LMTP("127.0.0.1", server.ports["lmtp"], timeout=10) as client:
+        return lmtp_send(client, sender, recipients, data)
+
+
+def messages(store, user: str, mailbox: str):
+    box = store.mailbox(user, mailbox)
+    return list(store.scan(box, columns=SUMMARY))
+
+
+def outgoing(store):
+    return [(e.mail_from, e.rcpt_tos, e.reason, store.outbox.message(e))
+            for e in store.outbox.entries()]
+
+
+def test_fileinto_flags_reject_and_no_script_in_one_lmtp_transaction(backend):
+    """RFC 5228 4.1 fileinto (+ RFC 5490 :create, RFC 5232 :flags), RFC 5429 reject as a
+    per-recipient 550 (LMTP, RFC 2033 4.2), and a recipient without a script: one content."""
+    store = open_store(backend)
+    activate(store, "alice", 'require ["fileinto", "mailbox", "imap4flags"];\n'
+             'if header :contains "subject" "report" {\n'
+             '  fileinto :create :flags ["\\\\Flagged", "$Report"] "Reports/2020";\n}\n')
+    activate(store, "carol", 'require "reject";\nreject "I do not take reports.";\n')
+    with InProcess(store) as server:
+        _, answers = lmtp(server, ["alice@example.com", "bob@example.com",
+                                   "carol@example.com"], msg("monthly report"))
+    assert [code for code, _ in answers] == [250, 250, 550]
+    assert answers[2][1].startswith(b"5.7.1 <carol@example.com> I do not take reports.")
+    [filed] = messages(store, "alice", "Reports/2020")
+    assert {"\\Flagged", "$Report"} <= set(filed.flags.names)
+    assert messages(store, "alice", "INBOX") == []
+    [plain] = messages(store, "bob", "INBOX")
+    assert filed.record.content == plain.record.content  # stored once
+    assert messages(store, "carol", "INBOX") == []
+
+
+def test_discard_and_implicit_keep_with_flags(store, server):
+    """RFC 5228 4.4 discard cancels the implicit keep; RFC 5232 3 the implicit keep takes
+    the flags the internal variable holds at the end."""
+    activate(store, "alice", 'if header :is "subject" "spam" { discard; }')
+    activate(store, "bob", 'require "imap4flags";\naddflag "\\\\Seen";\naddflag "$Auto";')
+    _, answers = lmtp(server, ["alice@example.com", "bob@example.com"], msg("spam"))
+    assert [code for code, _ in answers] == [250, 250]
+    assert messages(store, "alice", "INBOX") == []
+    [kept] = messages(store, "bob", "INBOX")
+    assert {"\\Seen", "$Auto"} <= set(kept.flags.names)
+
+
+def test_runtime_error_keeps_in_inbox(store, server):
+    """RFC 5228 2.10.6: a script that fails at run time (here: over the redirect limit)
+    leaves the message in INBOX, and nothing is sent."""
+    activate(store, "alice", "".join(f'redirect "r{i}@example.net";\n' for i in range(9)))
+    _, answers = lmtp(server, ["alice@example.com"], msg())
+    assert [code for code, _ in answers] == [250]
+    assert len(messages(store, "alice", "INBOX")) == 1
+    assert outgoing(store) == []
+
+
+def test_fileinto_missing_mailbox_goes_to_inbox(store, server):
+    """RFC 5228 4.1: fileinto a mailbox that does not exist (no :create) must not lose the
+    message: it is kept in INBOX (Pigeonhole does the same)."""
+    activate(store, "alice", 'require "fileinto";\nfileinto "Nowhere";')
+    _, answers = lmtp(server, ["alice@example.com"], msg())
+    assert [code for code, _ in answers] == [250]
+    assert len(messages(store, "alice", "INBOX")) == 1
+
+
+def test_smtp_reject_single_recipient_is_550(store, server):
+    """RFC 5429 2.1: with one recipient the SMTP reply to DATA can carry the refusal; the
+    reason's line breaks cannot end the reply early."""
+    activate(store, "alice", 'require "reject";\nreject "go away\r\n250 fake";')
+    with smtplib.SMTP("127.0.0.1", server.ports["smtp"], timeout=10) as client:
+        with pytest.raises(smtplib.SMTPDataError) as refused:
+            client.sendmail(SENDER, ["alice@example.com"], msg())
+    assert refused.value.smtp_code == 550
+    assert refused.value.smtp_error == b"5.7.1 <alice@example.com> go away 250 fake"
+    assert messages(store, "alice", "INBOX") == []
+
+
+def test_smtp_reject_among_several_recipients_sends_a_dsn(store, server):
+    """RFC 5429 2.1: SMTP has one reply for all recipients, so a reject of one becomes a
+    DSN to the sender (queued durably) while the others get the message."""
+    activate(store, "alice", 'require "reject";\nreject "not for me";')
+    with smtplib.SMTP("127.0.0.1", server.ports["smtp"], timeout=10) as client:
+        refused = client.sendmail(SENDER, ["alice@example.com", "bob@example.com"], msg())
+    assert refused == {}
+    assert messages(store, "alice", "INBOX") == []
+    assert len(messages(store, "bob", "INBOX")) == 1
+    [(mail_from, rcpts, reason, body)] = outgoing(store)
+    assert (mail_from, rcpts, reason) == ("", [SENDER], "reject")
+    assert b"not for me" in body and b"alice@example.com" in body
+
+
+def test_vacation_once_per_sender_and_never_to_lists(store, server):
+    """RFC 5230 4.2 one reply per sender per period; 4.5 / RFC 3834 no reply to list mail;
+    the reply has a null sender, Auto-Submitted and In-Reply-To, and a :subject cannot
+    inject a header field."""
+    activate(store, "alice", 'require "vacation";\n'
+             'vacation :days 7 :subject "Away\r\nBcc: victim@example.net" "Back Monday.";')
+    lmtp(server, ["alice@example.com"], msg())
+    lmtp(server, ["alice@example.com"], msg(message_id="<m2@example.org>"))
+    lmtp(server, ["alice@example.com"], msg(extra="List-Id: <dev.example.org>\r\n",
+                                            message_id="<m3@example.org>"),
+         sender="other@example.org")
+    assert len(messages(store, "alice", "INBOX")) == 3
+    [(mail_from, rcpts, reason, reply)] = outgoing(store)
+    assert (mail_from, rcpts, reason) == ("", [SENDER], "vacation")
+    head = reply.split(b"\r\n\r\n")[0].split(b"\r\n")
+    assert b"Auto-Submitted: auto-replied (vacation)" in head
+    assert b"In-Reply-To: <m1@example.org>" in head
+    assert b"Subject: Away Bcc: victim@example.net" in head
+    assert not any(line.startswith(b"Bcc:") for line in head)
+
+
+def test_redirect_queued_and_loop_refused(store, server):
+    """RFC 5228 4.2 redirect goes through the outgoing queue with Delivered-To added; a
+    message that already went through this recipient is not redirected again (loop) and
+    is kept instead."""
+    activate(store, "alice", 'redirect "alice@elsewhere.example";')
+    lmtp(server, ["alice@example.com"], msg())
+    [(mail_from, rcpts, reason, body)] = outgoing(store)
+    assert (mail_from, rcpts, reason) == (SENDER, ["alice@elsewhere.example"], "redirect")
+    assert body.startswith(b"Delivered-To: alice@example.com\r\n")
+    assert messages(store, "alice", "INBOX") == []
+    lmtp(server, ["alice@example.com"], b"Delivered-To: alice@example.com\r\n" + msg())
+    assert len(outgoing(store)) == 1
+    assert len(messages(store, "alice", "INBOX")) == 1
+
+
+def test_editheader_changes_only_that_recipients_copy(store, server):
+    """RFC 5293: addheader/deleteheader change the copy delivered to the script's owner,
+    not the other recipients' copies."""
+    activate(store, "alice", 'require "editheader";\naddheader "X-Filtered" "yes";\n'
+             'deleteheader "X-Secret";')
+    lmtp(server, ["alice@example.com", "bob@example.com"], msg(extra="X-Secret: 1\r\n"))
+    [mine] = messages(store, "alice", "INBOX")
+    [theirs] = messages(store, "bob", "INBOX")
+    mine_raw = store.read_message(mine)
+    theirs_raw = store.read_message(theirs)
+    assert mine_raw.startswith(b"X-Filtered: yes\r\n") and b"X-Secret" not in mine_raw
+    assert b"X-Filtered" not in theirs_raw and b"X-Secret: 1" in theirs_raw
+
+
+def test_duplicate_remembers_delivered_message_ids(store, server):
+    """RFC 7352 3: the second delivery of a Message-ID is a duplicate (recorded only once
+    the first was delivered)."""
+    activate(store, "alice", 'require ["duplicate", "fileinto", "mailbox"];\n'
+             'if duplicate { fileinto :create "Dups"; }')
+    lmtp(server, ["alice@example.com"], msg())
+    lmtp(server, ["alice@example.com"], msg())
+    assert len(messages(store, "alice", "INBOX")) == 1
+    assert len(messages(store, "alice", "Dups")) == 1
+
+
+def test_include_personal_script(store, server):
+    """RFC 6609 3.2: include runs another of the user's scripts; :optional skips a
+    missing one; global variables are shared."""
+    store.sieve_scripts.put("alice", "lib", 'require ["variables", "include"];\n'
+                            'global "box";\nset "box" "Included";')
+    activate(store, "alice", 'require ["include", "variables", "fileinto", "mailbox"];\n'
+             'global "box";\ninclude :optional "missing";\ninclude :personal "lib";\n'
+             'fileinto :create "${box}";')
+    lmtp(server, ["alice@example.com"], msg())
+    assert len(messages(store, "alice", "Included")) == 1
