@@ -47,34 +47,77 @@ def _relate(a, b, relation: str) -> bool:
             "ne": a != b}[relation]
 
 
-def _glob(pattern: str) -> re.Pattern:
-    """A :matches pattern as a regex: ``*`` any run (as short as possible, so ``${1}`` of
-    "* *" on "a b c" is "a"), ``?`` one character, ``\\`` quotes the next one."""
+_STAR, _ONE = object(), object()
+
+
+def _tokens(pattern: str) -> list:
+    """A :matches pattern as tokens: ``*`` any run, ``?`` one character, ``\\`` quotes the
+    next character (RFC 5228 2.7.1)."""
     out, i = [], 0
     while i < len(pattern):
         ch = pattern[i]
         if ch == "\\" and i + 1 < len(pattern):
             i += 1
-            out.append(re.escape(pattern[i]))
+            out.append(pattern[i])
         elif ch == "*":
-            out.append("(.*?)")
+            out.append(_STAR)
         elif ch == "?":
-            out.append("(.)")
+            out.append(_ONE)
         else:
-            out.append(re.escape(ch))
+            out.append(ch)
         i += 1
-    return re.compile("".join(out) + r"\Z", re.DOTALL)
+    return out
 
 
-_GLOBS: dict[str, re.Pattern] = {}
+def glob(tokens: list, text: str) -> list[tuple[int, int]] | None:
+    """Match ``text`` against ``tokens``; the (start, end) of each wildcard, or None.
+
+    The classic two-pointer wildcard match: on a mismatch only the most recent ``*`` grows,
+    so the cost is at most len(tokens) x len(text) -- no backtracking blow-up whatever the
+    script (a regex engine can take exponential time on patterns like ``*a*a*a*b``).  Each
+    ``*`` takes as little as it can, which is what RFC 5229 3.2's examples and Pigeonhole
+    give for ``${1}``.
+    """
+    spans: dict[int, tuple[int, int]] = {}
+    p = t = 0
+    star = -1
+    star_t = 0
+    while t < len(text):
+        token = tokens[p] if p < len(tokens) else None
+        if token is _STAR:
+            star, star_t = p, t
+            spans[p] = (t, t)
+            p += 1
+        elif token is _ONE:
+            spans[p] = (t, t + 1)
+            p += 1
+            t += 1
+        elif token is not None and token == text[t]:
+            p += 1
+            t += 1
+        elif star >= 0:
+            star_t += 1
+            spans[star] = (spans[star][0], star_t)
+            p, t = star + 1, star_t
+        else:
+            return None
+    while p < len(tokens) and tokens[p] is _STAR:
+        spans[p] = (t, t)
+        p += 1
+    if p != len(tokens):
+        return None
+    return [spans[i] for i, token in enumerate(tokens) if token is _STAR or token is _ONE]
 
 
-def _compiled(pattern: str) -> re.Pattern:
-    found = _GLOBS.get(pattern)
+_PATTERNS: dict[str, list] = {}
+
+
+def _compiled(pattern: str) -> list:
+    found = _PATTERNS.get(pattern)
     if found is None:
-        if len(_GLOBS) > 4096:
-            _GLOBS.clear()
-        found = _GLOBS[pattern] = _glob(pattern)
+        if len(_PATTERNS) > 4096:
+            _PATTERNS.clear()
+        found = _PATTERNS[pattern] = _tokens(pattern)
     return found
 
 
@@ -101,11 +144,10 @@ def match(values: list[str], keys: list[str], match_type: str = ":is",
         for key in keys:
             # casemap keeps lengths (A-Z to a-z), so spans found in the folded value are
             # the captures' spans in the original.
-            glob = _compiled(casemap(key) if fold else key)
+            tokens = _compiled(casemap(key) if fold else key)
             for value in values:
-                found = glob.match(casemap(value) if fold else value)
-                if found:
-                    spans = [found.span(i) for i in range(1, (found.lastindex or 0) + 1)]
+                spans = glob(tokens, casemap(value) if fold else value)
+                if spans is not None:
                     return True, [value, *(value[a:b] for a, b in spans)]
         return False, None
     for value in values:

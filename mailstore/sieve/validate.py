@@ -55,30 +55,32 @@ def _walk(nodes: list[Node]):
 
 
 def _check(node: Node, required: set[str], text: str) -> list[str]:
-    errors = []
+    """Errors of one command or test, each placed on the line of the argument at fault."""
+    errors: list[tuple[str, str]] = []  # (the text to find, the message)
     comparator = node.tags.get(":comparator")
     if isinstance(comparator, str) and "${" not in comparator:
+        quoted = f'"{comparator}"'
         if comparator not in COMPARATORS:
-            errors.append(f"unknown comparator {comparator!r}")
+            errors.append((quoted, f"unknown comparator {comparator!r}"))
         elif comparator == "i;ascii-numeric" and \
                 "comparator-i;ascii-numeric" not in required:
-            errors.append("comparator i;ascii-numeric used without require")
+            errors.append((quoted, "comparator i;ascii-numeric used without require"))
         elif comparator == "i;ascii-numeric" and (":contains" in node.tags or
                                                   ":matches" in node.tags):
-            errors.append(f"comparator {comparator} cannot be used with :contains or "
-                          ":matches (RFC 4790 9.1.1)")
+            errors.append((quoted, f"comparator {comparator} cannot be used with :contains "
+                                   "or :matches (RFC 4790 9.1.1)"))
     for tag in (":count", ":value"):
         relation = node.tags.get(tag)
         if isinstance(relation, str) and relation.lower() not in RELATIONS:
-            errors.append(f"invalid relational match {relation!r} (RFC 5231 4.2)")
+            errors.append((f'"{relation}"',
+                           f"invalid relational match {relation!r} (RFC 5231 4.2)"))
     if node.name == "set" and node.args and not re.fullmatch(
             r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)?", node.args[0]):
-        errors.append(f"invalid variable name {node.args[0]!r} (RFC 5229 4)")
+        errors.append((f'"{node.args[0]}"',
+                       f"invalid variable name {node.args[0]!r} (RFC 5229 4)"))
     if node.name in ("fileinto", "redirect") and node.args and node.args[0] == "":
-        errors.append(f"{node.name} with an empty argument")
-    anchor = comparator or node.args[0] if node.args else node.name
-    line = _line_of(text, anchor if isinstance(anchor, str) else node.name)
-    return [f"line {line}: {error}" for error in errors]
+        errors.append((node.name, f"{node.name} with an empty argument"))
+    return [f"line {_line_of(text, needle)}: {message}" for needle, message in errors]
 
 
 def _line_of(text: str, needle: str) -> int:
