@@ -35,7 +35,6 @@ REASONS = {
     "5.1.1": "unknown_user", "5.1.2": "foreign_domain", "5.1.3": "malformed",
     "4.5.3": "too_many_recipients", "4.2.2": "over_quota", "5.2.2": "over_quota",
     "5.3.4": "too_large", "5.5.6": "line_too_long", "4.3.0": "unavailable",
-    "5.7.1": "sieve_reject",
 }
 
 

@@ -13,6 +13,7 @@ import email.errors
 import email.header
 import email.policy
 import email.utils
+import functools
 import re
 from functools import cached_property
 
@@ -63,13 +64,15 @@ ADDRESS_HEADERS = {"from", "to", "cc", "bcc", "sender", "resent-from", "resent-t
                    "return-path", "disposition-notification-to", "errors-to", "x-original-to"}
 
 
+@functools.lru_cache(maxsize=1024)
+def _addresses(value: str) -> tuple[str, ...]:
+    return tuple(addr for _name, addr in email.utils.getaddresses([value]) if addr)
+
+
 def addresses(value: str) -> list[str]:
-    """The addr-specs in an address list, group syntax flattened, names dropped."""
-    found = []
-    for _name, addr in email.utils.getaddresses([value]):
-        if addr:
-            found.append(addr)
-    return found
+    """The addr-specs in an address list, group syntax flattened, names dropped.  Cached:
+    a script tests the same From/To many times, and stdlib parsing is slow."""
+    return list(_addresses(value))
 
 
 class SieveMessage:
@@ -80,14 +83,20 @@ class SieveMessage:
         self.raw = raw
         self.fields, self.body = split_message(raw)
         self.edited = False
+        self._decoded: dict[str, list[str]] = {}
 
     @property
     def size(self) -> int:
         return len(self.raw)
 
     def headers(self, name: str) -> list[str]:
+        """The decoded values of the fields named ``name``, in order (cached until an edit)."""
         low = name.lower()
-        return [decode_value(v) for n, v in self.fields if n.lower() == low]
+        found = self._decoded.get(low)
+        if found is None:
+            found = self._decoded[low] = [decode_value(v) for n, v in self.fields
+                                          if n.lower() == low]
+        return list(found)
 
     def raw_headers(self, name: str) -> list[bytes]:
         low = name.lower()
@@ -107,12 +116,14 @@ class SieveMessage:
         else:
             self.fields.insert(0, item)
         self.edited = True
+        self._decoded.clear()
 
     def delete_fields(self, keep) -> int:
         """Remove the fields for which ``keep(position, name, value)`` is False."""
         before = len(self.fields)
         self.fields = [f for i, f in enumerate(self.fields) if keep(i, f[0], f[1])]
         self.edited = self.edited or len(self.fields) != before
+        self._decoded.clear()
         return before - len(self.fields)
 
     def as_bytes(self) -> bytes:
@@ -127,6 +138,16 @@ class SieveMessage:
     def _mime(self) -> email.message.Message:
         return email.message_from_bytes(self.raw, policy=email.policy.compat32)
 
+    def _simple_text(self) -> str | None:
+        """The body of a single-part text/plain message in US-ASCII or UTF-8 without a
+        transfer encoding -- most mail -- decoded without the MIME parser; else None."""
+        types = self.headers("content-type")
+        if len(types) > 1 or (types and not _SIMPLE_TYPE.match(types[0])):
+            return None
+        if not _identity_encoding(self):
+            return None
+        return self.body.decode("utf-8", "replace")
+
     def body_raw(self) -> str:
         return self.body.decode("utf-8", "replace")
 
@@ -134,6 +155,10 @@ class SieveMessage:
         """Decoded text of the leaf parts whose Content-Type matches one of ``types``
         ("type/subtype", "type", or "" for every part); ``None``: the :text transform,
         text parts only (RFC 5173 5.2)."""
+        simple = self._simple_text()
+        if simple is not None and (types is None or any(
+                t == "" or t.lower() in ("text", "text/plain") for t in types)):
+            return [simple]
         out = []
         for part in self._mime.walk():
             if part.is_multipart():
@@ -160,6 +185,15 @@ class SieveMessage:
             else:
                 out.append(payload.decode("utf-8", "replace"))
         return out
+
+
+_SIMPLE_TYPE = re.compile(r"\s*text/plain\s*(;\s*charset\s*=\s*\"?(us-ascii|utf-8)\"?\s*)?$",
+                          re.I)
+
+
+def _identity_encoding(message: SieveMessage) -> bool:
+    encodings = message.headers("content-transfer-encoding")
+    return all(e.strip().lower() in ("7bit", "8bit", "binary") for e in encodings)
 
 
 def encode_value(value: str) -> bytes:
