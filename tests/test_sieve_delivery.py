@@ -211,3 +211,50 @@ def test_include_personal_script(store, server):
              'fileinto :create "${box}";')
     lmtp(server, ["alice@example.com"], msg())
     assert len(messages(store, "alice", "Included")) == 1
+
+
+def test_outbox_failure_answers_451_and_keeps_no_copy(store, server, monkeypatch):
+    """The 2xx means the redirect is queued (RFC 5321 4.2.5 and 6.1: an accepted message
+    is the server's responsibility): when the queue cannot take it, the recipient is told
+    to retry (451) and the copy kept by :copy is taken back, so the retry does not
+    deliver it twice."""
+    from mailstore.errors import BackendUnavailable
+
+    def down(*_args, **_kwargs):
+        raise BackendUnavailable("outbox down")
+
+    activate(store, "alice", 'require "copy";\nredirect :copy "elsewhere@example.net";')
+    monkeypatch.setattr(store.outbox, "enqueue", down)
+    _, answers = lmtp(server, ["alice@example.com", "bob@example.com"], msg())
+    assert [code for code, _ in answers] == [451, 250]
+    assert messages(store, "alice", "INBOX") == []
+    assert len(messages(store, "bob", "INBOX")) == 1
+
+
+def test_vacation_reaches_the_relay_once_per_sender_and_never_for_a_list(tmp_path):
+    """RFC 5230 4.2 and 4.5 end to end: three LMTP deliveries (twice the same sender, once a
+    list message) give exactly one reply at a real SMTP server behind the relay, sent with
+    the null reverse-path (RFC 3834 3.3); a list message gets none."""
+    import time
+
+    from tests.deliveryserver import config
+    from tests.smtpsink import Sink
+
+    store = open_store(EmbeddedBackend(str(tmp_path / "store")))
+    activate(store, "alice", 'require "vacation";\nvacation :subject "Away" "Back soon.";')
+    with Sink() as sink, InProcess(store, config(
+            relay_host="127.0.0.1", relay_port=sink.port, relay_starttls="no",
+            relay_poll_interval=0.2, hostname="mx.test")) as server:
+        lmtp(server, ["alice@example.com"], msg())
+        lmtp(server, ["alice@example.com"], msg(message_id="<m2@example.org>"))
+        lmtp(server, ["alice@example.com"], msg(extra="List-Id: <l.example.org>\r\n",
+                                                message_id="<m3@example.org>"),
+             sender="list-bounces@example.org")
+        deadline = time.monotonic() + 20
+        while store.outbox.entries() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert store.outbox.entries() == []
+        [got] = sink.messages()
+    store.close()
+    assert (got.mail_from, got.rcpt_tos) == ("<>", [SENDER])  # the null reverse-path
+    assert b"Subject: Away\r\n" in got.data and b"In-Reply-To: <m1@example.org>" in got.data
