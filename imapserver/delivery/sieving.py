@@ -23,6 +23,7 @@ from collections.abc import Sequence
 from mailstore import dsn
 from mailstore.errors import MailStoreError, Rejected
 from mailstore.sieve.executor import Outgoing, Plan, SieveSettings, finish, plain, plan
+from mailstore.sieve.message import SieveMessage
 from mailstore.store import Delivery, MailStore
 
 from ..observe import Logger
@@ -40,9 +41,11 @@ def make_plans(store: MailStore, recipients: Sequence[tuple[str, str, str]], sou
     ``received_at``: where the message as received starts, after this delivery's trace
     fields."""
     plans = []
+    parsed = SieveMessage(source)  # decoded once for every recipient's script
     for address, user, mailbox in recipients:
         try:
-            p = plan(store, address, user, mailbox, source, mail_from, settings, received_at)
+            p = plan(store, address, user, mailbox, source, mail_from, settings, received_at,
+                     parsed)
         except MailStoreError as exc:
             log.warn("sieve_failed", user=user, error=str(exc))
             p = plain(address, user, mailbox)

@@ -19,7 +19,7 @@ from ..outbox import check_address
 from . import tracking
 from .actions import Discard, Envelope, Environment, Limits, Redirect, Reject, Store, Vacation
 from .interpreter import run
-from .message import addresses, split_message
+from .message import SieveMessage, addresses, split_message
 from .vacation import build_reply
 
 
@@ -68,13 +68,15 @@ def plain(address: str, user: str, mailbox: str) -> Plan:
 
 
 def plan(store, address: str, user: str, mailbox: str, source: bytes, mail_from: str,
-         settings: SieveSettings, received_at: int = 0) -> Plan:
+         settings: SieveSettings, received_at: int = 0,
+         parsed: SieveMessage | None = None) -> Plan:
     """Run ``user``'s active script, if any, on ``source`` for RCPT ``address``.
 
     ``mailbox`` is where the message goes without a script (INBOX, or a plus-address folder)
     and is also the script's ``keep``.  ``received_at`` is where the message as received
     starts in ``source`` (after the trace fields this delivery added, whose Delivered-To is
-    not a sign of a loop).  Raises only what the store raises while reading.
+    not a sign of a loop).  ``parsed``: ``source`` already parsed, shared by the recipients
+    of one delivery.  Raises only what the store raises while reading.
     """
     if not settings.enabled:
         return plain(address, user, mailbox)
@@ -93,7 +95,7 @@ def plan(store, address: str, user: str, mailbox: str, source: bytes, mail_from:
         get_script=lambda location, n: (store.sieve_scripts.get(user, n)
                                         if location == "personal" else None),
         limits=settings.limits)
-    result = run(text, source, Envelope(mail_from, address), env)
+    result = run(text, parsed or source, Envelope(mail_from, address), env)
     out = Plan(address, user, [], script=name, error=result.error, notes=list(result.notes))
     content = result.message
     for action in result.actions:

@@ -57,9 +57,12 @@ class _Return(Exception):
     pass
 
 
-def run(script: str | Script, raw_message: bytes, envelope: Envelope,
+def run(script: str | Script, raw_message: bytes | SieveMessage, envelope: Envelope,
         env: Environment | None = None) -> Result:
     """Run ``script`` on ``raw_message``; never raises for a script or message problem.
+
+    ``raw_message`` may be a :class:`SieveMessage` shared by the recipients of one delivery
+    (what it decoded is reused; the run works on a clone).
 
     A script that does not parse, or fails at run time, yields an implicit keep into the
     default mailbox with ``Result.error`` set (RFC 5228 2.10.6).
@@ -78,11 +81,12 @@ def run(script: str | Script, raw_message: bytes, envelope: Envelope,
 
 
 class _Interpreter:
-    def __init__(self, raw: bytes, envelope: Envelope, env: Environment):
-        self.message = SieveMessage(raw)
+    def __init__(self, raw: bytes | SieveMessage, envelope: Envelope, env: Environment):
+        self.message = raw.clone() if isinstance(raw, SieveMessage) else SieveMessage(raw)
         self.envelope = envelope
         self.env = env
         self.limits = env.limits
+        self.max_steps = env.limits.max_steps
         self.result = Result()
         self.steps = 0
         self.implicit_keep = True
@@ -99,7 +103,7 @@ class _Interpreter:
 
     def step(self, count: int = 1) -> None:
         self.steps += count
-        if self.steps > self.limits.max_steps:
+        if self.steps > self.max_steps:
             raise SieveRuntimeError(f"script exceeded {self.limits.max_steps} steps")
 
     def run_script(self, script: Script, name: str) -> None:
@@ -223,19 +227,13 @@ class _Interpreter:
     def compare(self, node: Node, values: list[str], keys) -> bool:
         """The match of RFC 5228 2.7 with ``node``'s comparator and match type; sets the
         match variables on a :matches success (RFC 5229 3.2)."""
-        comparator = node.tags.get(":comparator", "i;ascii-casemap")
-        if comparator not in COMPARATORS:
-            raise SieveRuntimeError(f"unknown comparator {comparator}")
-        if comparator != "i;ascii-casemap" and comparator != "i;octet" and \
+        spec = _SPECS.get(id(node))
+        if spec is None or spec[0] is not node:
+            spec = _SPECS[id(node)] = (node, *_compare_spec(node))
+        _node, comparator, kind, relation = spec
+        if comparator not in ("i;ascii-casemap", "i;octet") and \
                 "comparator-" + comparator not in self.required:
             raise SieveRuntimeError(f"comparator {comparator} used without require")
-        kind = next((t for t in (":is", ":contains", ":matches", ":count", ":value")
-                     if t in node.tags), ":is")
-        relation = None
-        if kind in (":count", ":value"):
-            relation = str(node.tags[kind]).lower()
-            if relation not in RELATIONS:
-                raise SieveRuntimeError(f"invalid relational match {relation}")
         keys = _as_list(self.s(keys))
         if kind == ":count":
             values = [str(len(values))]
@@ -626,6 +624,27 @@ class _Interpreter:
         if self.message.edited:
             result.message = self.message.as_bytes()
         return result
+
+
+# (node, comparator, match type, relation) by id(node): derived once from a parsed node,
+# which the parse cache shares between runs; the node itself is kept to make the id safe.
+_SPECS: dict[int, tuple] = {}
+
+
+def _compare_spec(node: Node) -> tuple[str, str, str | None]:
+    comparator = node.tags.get(":comparator", "i;ascii-casemap")
+    if comparator not in COMPARATORS:
+        raise SieveRuntimeError(f"unknown comparator {comparator}")
+    kind = next((t for t in (":is", ":contains", ":matches", ":count", ":value")
+                 if t in node.tags), ":is")
+    relation = None
+    if kind in (":count", ":value"):
+        relation = str(node.tags[kind]).lower()
+        if relation not in RELATIONS:
+            raise SieveRuntimeError(f"invalid relational match {relation}")
+    if len(_SPECS) > 65536:
+        _SPECS.clear()
+    return comparator, kind, relation
 
 
 def _as_list(value) -> list:

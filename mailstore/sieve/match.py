@@ -8,6 +8,7 @@ RFC 2244 / RFC 4790 i;ascii-numeric.
 
 from __future__ import annotations
 
+import functools
 import re
 
 COMPARATORS = ("i;octet", "i;ascii-casemap", "i;ascii-numeric")
@@ -22,8 +23,10 @@ class MatchError(ValueError):
 _ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
 
 
+@functools.lru_cache(maxsize=4096)
 def casemap(text: str) -> str:
-    """i;ascii-casemap: only A-Z fold (RFC 4790 9.2), not other letters."""
+    """i;ascii-casemap: only A-Z fold (RFC 4790 9.2), not other letters.  Cached: the same
+    header values and body text are folded by every rule and every recipient's script."""
     return text.translate(_ASCII_LOWER)
 
 

@@ -84,6 +84,15 @@ class SieveMessage:
         self.fields, self.body = split_message(raw)
         self.edited = False
         self._decoded: dict[str, list[str]] = {}
+        self._bodies: dict = {}  # body transform -> texts; shared by clones (same body)
+
+    def clone(self) -> SieveMessage:
+        """A copy for another recipient's script: it shares what was decoded so far (the
+        same bytes, the same answers), and editheader changes stay in the copy."""
+        other = object.__new__(SieveMessage)
+        other.__dict__.update(self.__dict__)
+        other._decoded = self._decoded  # shared until an edit replaces it
+        return other
 
     @property
     def size(self) -> int:
@@ -111,19 +120,17 @@ class SieveMessage:
     def add_field(self, name: str, value: str, last: bool) -> None:
         encoded = encode_value(value)
         item = (name, b" " + encoded)
-        if last:
-            self.fields.append(item)
-        else:
-            self.fields.insert(0, item)
+        # New list and cache, never changed in place: a clone may share the old ones.
+        self.fields = [*self.fields, item] if last else [item, *self.fields]
         self.edited = True
-        self._decoded.clear()
+        self._decoded = {}
 
     def delete_fields(self, keep) -> int:
         """Remove the fields for which ``keep(position, name, value)`` is False."""
         before = len(self.fields)
         self.fields = [f for i, f in enumerate(self.fields) if keep(i, f[0], f[1])]
         self.edited = self.edited or len(self.fields) != before
-        self._decoded.clear()
+        self._decoded = {}
         return before - len(self.fields)
 
     def as_bytes(self) -> bytes:
@@ -155,6 +162,13 @@ class SieveMessage:
         """Decoded text of the leaf parts whose Content-Type matches one of ``types``
         ("type/subtype", "type", or "" for every part); ``None``: the :text transform,
         text parts only (RFC 5173 5.2)."""
+        key = None if types is None else tuple(types)
+        found = self._bodies.get(key)
+        if found is None:
+            found = self._bodies[key] = self._body_parts(types)
+        return list(found)
+
+    def _body_parts(self, types: list[str] | None) -> list[str]:
         simple = self._simple_text()
         if simple is not None and (types is None or any(
                 t == "" or t.lower() in ("text", "text/plain") for t in types)):
