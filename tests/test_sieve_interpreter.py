@@ -218,3 +218,12 @@ def test_store_actions_keep_names():
     """RFC 5228 4.1: fileinto "INBOX" and keep are the same mailbox, stored once."""
     result = run('require "fileinto"; fileinto "inbox"; keep;', MESSAGE, ENVELOPE)
     assert len(result.stores) == 1 and isinstance(result.stores[0], Store)
+
+
+def test_implicit_keep_over_the_action_limit_is_still_a_keep():
+    """RFC 5228 2.10.6: the implicit keep that would exceed max_actions is a runtime error,
+    answered by an implicit keep -- never an exception out of the interpreter."""
+    script = 'require ["fileinto", "copy"]; fileinto :copy "a"; fileinto :copy "b";'
+    result = run(script, MESSAGE, ENVELOPE, env(limits=Limits(max_actions=2)))
+    assert result.error and "actions" in result.error
+    assert kinds(result) == ["Store"] and result.stores[0].mailbox == "INBOX"

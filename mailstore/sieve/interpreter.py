@@ -70,14 +70,15 @@ def run(script: str | Script, raw_message: bytes | SieveMessage, envelope: Envel
     env = env or Environment()
     interp = _Interpreter(raw_message, envelope, env)
     try:
-        parsed = parse(script) if isinstance(script, str) else script
-        interp.run_script(parsed, "")
-    except _Stop:
-        pass
+        try:
+            parsed = parse(script) if isinstance(script, str) else script
+            interp.run_script(parsed, "")
+        except _Stop:
+            pass
+        return interp.finish()
     except (SieveRuntimeError, SieveSyntaxError, MatchError) as exc:
         return Result(actions=[Store(env.default_mailbox, keep=True, implicit=True)],
                       error=str(exc), notes=interp.result.notes)
-    return interp.finish()
 
 
 class _Interpreter:
