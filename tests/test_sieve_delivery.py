@@ -258,3 +258,18 @@ def test_vacation_reaches_the_relay_once_per_sender_and_never_for_a_list(tmp_pat
     store.close()
     assert (got.mail_from, got.rcpt_tos) == ("<>", [SENDER])  # the null reverse-path
     assert b"Subject: Away\r\n" in got.data and b"In-Reply-To: <m1@example.org>" in got.data
+
+
+def test_interpreter_bug_delivers_as_without_a_script(store, server, monkeypatch):
+    """A filter must not cost mail (RFC 5228 2.10.6 keeps on errors): if running the script
+    fails unexpectedly, the message is delivered to INBOX as if there were no script."""
+    from mailstore.sieve import executor
+
+    def broken(*_args, **_kwargs):
+        raise RuntimeError("interpreter bug")
+
+    activate(store, "alice", "discard;")
+    monkeypatch.setattr(executor, "run", broken)
+    _, answers = lmtp(server, ["alice@example.com"], msg())
+    assert [code for code, _ in answers] == [250]
+    assert len(messages(store, "alice", "INBOX")) == 1

@@ -46,8 +46,13 @@ def make_plans(store: MailStore, recipients: Sequence[tuple[str, str, str]], sou
         try:
             p = plan(store, address, user, mailbox, source, mail_from, settings, received_at,
                      parsed)
-        except MailStoreError as exc:
-            log.warn("sieve_failed", user=user, error=str(exc))
+        except Exception as exc:
+            # The store failed while the script ran (or a bug in the interpreter): deliver
+            # as without a script rather than refuse mail because of a filter.
+            if isinstance(exc, MailStoreError):
+                log.warn("sieve_failed", user=user, error=str(exc))
+            else:
+                log.failure("sieve_failed", user=user)
             p = plain(address, user, mailbox)
             p.error = str(exc)
         if p.error is not None:
