@@ -285,7 +285,7 @@ class SieveScripts:
             if entry is None:
                 raise NotFound(f"no such script: {name}")
             if directory.active == name:
-                raise ScriptActive(f"script {name} is active")
+                raise ScriptActive(f"script {name} is active: deactivate it first")
             del directory.scripts[name]
             return [entry.cell]
         self._change(user, change)

@@ -7,6 +7,8 @@ Each test starts its own server on a fresh store; the conversation is raw bytes 
 from __future__ import annotations
 
 import base64
+import ssl
+import time
 
 import pytest
 
@@ -64,7 +66,7 @@ def test_greeting_lists_the_capabilities(server):
     c = connect(server)
     assert c.greeting[-1].startswith(b"OK")
     caps = capabilities(c.greeting[:-1])
-    assert caps["IMPLEMENTATION"] and caps["VERSION"] == "1.0"
+    assert caps["IMPLEMENTATION"] and caps["VERSION"] == "1.0" and caps["MAXREDIRECTS"] == "4"
     assert caps["SASL"].split() == ["PLAIN", "LOGIN"]     # loopback: plaintext allowed
     assert {"fileinto", "vacation", "imap4flags", "envelope"} <= set(caps["SIEVE"].split())
     assert "STARTTLS" not in caps and "NOTIFY" not in caps and "OWNER" not in caps
@@ -76,14 +78,18 @@ def test_greeting_lists_the_capabilities(server):
 
 def test_commands_before_authentication_are_refused(server):
     """RFC 5804 2: script commands need the authenticated state; an unknown command is NO
-    (ManageSieve has no BAD); NOOP and CAPABILITY work in every state."""
-    c = connect(server)
+    (ManageSieve has no BAD); NOOP and CAPABILITY work in every state.  The third refused
+    command before login ends the connection with BYE (as Dovecot's managesieve-login)."""
     for command in ("LISTSCRIPTS", 'GETSCRIPT "a"', 'SETACTIVE "a"', 'DELETESCRIPT "a"',
                     'HAVESPACE "a" 10', 'RENAMESCRIPT "a" "b"', "UNAUTHENTICATE"):
+        c = connect(server)
         assert c.cmd(command) == [b'NO "Authenticate first"'], command
     assert c.cmd(b'PUTSCRIPT "a" ' + literal(b"keep;")) == [b'NO "Authenticate first"']
-    assert c.cmd("FROBNICATE") == [b'NO "Unknown command FROBNICATE"']
     assert c.cmd('NOOP "t1"') == [b'OK (TAG "t1") "Done"']
+    assert c.cmd("FROBNICATE") == [b'BYE "Too many invalid commands"']
+    assert c.closed_by_peer()
+    c = connect(server)
+    assert c.cmd("FROBNICATE") == [b'NO "Unknown command FROBNICATE"']
     assert c.cmd("LOGOUT") == [b'OK "Logout completed"']
     assert c.closed_by_peer()
     assert stored(server, "alice") == []
@@ -186,6 +192,10 @@ def test_limits_give_quota_codes_and_the_session_goes_on(server):
         b"NO (QUOTA)")
     assert c.cmd('NOOP')[0].startswith(b"OK")
     assert [n for n, _ in stored(server, "alice")] == ["a", "b"]
+    # Far over the limit: not worth reading to throw away.
+    c.send(b'PUTSCRIPT "huge" {999999999+}\r\n')
+    assert c.response()[0].startswith(b'BYE "Literal of 999999999 octets')
+    assert c.closed_by_peer()
 
 
 def test_a_line_over_the_limit_gets_bye(server):
@@ -222,7 +232,14 @@ def test_starttls_reissues_capabilities_and_plaintext_needs_tls(tmp_path):
         caps = capabilities(c.greeting[:-1])
         assert "STARTTLS" in caps and caps["SASL"] == ""
         assert c.login("alice", "alice-pw")[0].startswith(b"NO (ENCRYPT-NEEDED)")
-        after = c.starttls(cert)
+        # A command pipelined in the clear behind STARTTLS (a man in the middle's, RFC 2595
+        # 3.1) must not run inside TLS.
+        c.send("STARTTLS\r\nNOOP \"injected\"\r\n")
+        assert c.response()[-1].startswith(b"OK")
+        c.sock = ssl.create_default_context(cafile=cert).wrap_socket(
+            c.sock, server_hostname="localhost")
+        after = c.response()
+        assert c.cmd('NOOP "mine"') == [b'OK (TAG "mine") "Done"']
         assert after[-1].startswith(b"OK")
         caps = capabilities(after[:-1])
         assert "STARTTLS" not in caps and caps["SASL"].split() == ["PLAIN", "LOGIN"]
@@ -231,3 +248,73 @@ def test_starttls_reissues_capabilities_and_plaintext_needs_tls(tmp_path):
         assert c.cmd('PUTSCRIPT "s" "keep;"')[0].startswith(b"OK")
         assert c.cmd("LOGOUT")[0].startswith(b"OK")
         c.close()
+
+
+def test_pipelined_commands_are_answered_in_order(server):
+    """RFC 5804 4: a client may send commands without waiting; each is answered in turn."""
+    c = connect(server)
+    token = base64.b64encode(b"\0alice\0alice-pw").decode()
+    c.send(f'AUTHENTICATE "PLAIN" "{token}"\r\nPUTSCRIPT "p" {{5+}}\r\nkeep;\r\n'
+           'SETACTIVE "p"\r\nLISTSCRIPTS\r\nPUTSCRIPT "e" {0+}\r\n\r\nNOOP "end"\r\n')
+    assert c.response() == [b'OK "Logged in"']
+    assert c.response() == [b'OK "Putscript completed"']
+    assert c.response() == [b'OK "Setactive completed"']
+    assert c.response() == [b'"p" ACTIVE', b'OK "Listscripts completed"']
+    assert c.response() == [b'OK "Putscript completed"']      # an empty script is valid
+    assert c.response() == [b'OK (TAG "end") "Done"']
+    # More than the queue holds (MAX_QUEUED) behind commands that wait for the store:
+    # reading pauses and resumes, nothing is lost or reordered.
+    c.send("".join(f'HAVESPACE "s" {i}\r\nNOOP "n{i}"\r\n' for i in range(80)))
+    for i in range(80):
+        assert c.response() == [b'OK "Putscript would succeed"']
+        assert c.response() == [f'OK (TAG "n{i}") "Done"'.encode()]
+
+
+def test_an_idle_session_is_closed_with_bye(tmp_path):
+    """A session idle for ``[managesieve] idle_timeout`` seconds gets BYE and is closed."""
+    data_dir = str(tmp_path / "store")
+    make_users(data_dir, ("alice", "alice-pw"))
+    conf = tmp_path / "c.conf"
+    conf.write_text("[managesieve]\nidle_timeout = 1\n")
+    with ServerProcess(data_dir, "--sieve-port", "auto", config=str(conf)) as proc:
+        c = connect(proc)
+        started = time.monotonic()
+        assert c.response() == [b'BYE "Disconnected for inactivity"']
+        assert 0.9 < time.monotonic() - started < 10
+        assert c.closed_by_peer()
+        c.close()
+
+
+def test_the_server_over_hbase(tmp_path, hbase_store):
+    """The same commands over the HBase backend (Thrift): scripts land in JAMES_SIEVE_SCRIPTS
+    and activation, rename and the ACTIVE refusal behave as on the embedded store (RFC 5804
+    2.6-2.11)."""
+    store = MailStore(hbase_store.backend())
+    store.create_user("alice", "alice-pw", default_folders=False)
+    conf = tmp_path / "c.conf"
+    conf.write_text("[imap]\nauth_failure_delay = 0.1\n")
+    with ServerProcess(str(tmp_path / "unused"), *hbase_store.args(), "--sieve-port", "auto",
+                       config=str(conf)) as proc:
+        c = connect(proc)
+        try:
+            assert c.login("alice", "alice-pw") == [b'OK "Logged in"']
+            assert c.cmd(b'PUTSCRIPT "rules" ' + literal(KEEP))[0].startswith(b"OK")
+            assert c.cmd('SETACTIVE "rules"')[0].startswith(b"OK")
+            assert c.cmd('DELETESCRIPT "rules"')[0].startswith(b"NO (ACTIVE)")
+            assert c.cmd('RENAMESCRIPT "rules" "main"')[0].startswith(b"OK")
+            assert store.sieve_scripts.active("alice") == ("main", KEEP.decode())
+            assert c.cmd('GETSCRIPT "main"')[0] == b"{%d}\r\n" % len(KEEP) + KEEP
+        finally:
+            c.close()
+            store.close()
+
+
+def test_sigterm_says_bye_and_the_server_exits_0(server):
+    """A graceful stop (SIGTERM) ends every ManageSieve session with BYE (RFC 5804 1.3) and
+    the process exits 0."""
+    c = connect(server)
+    assert c.login("alice", "alice-pw") == [b'OK "Logged in"']
+    server.proc.terminate()
+    assert c.response() == [b'BYE "Server shutting down"']
+    assert c.closed_by_peer()
+    assert server.stop() == 0

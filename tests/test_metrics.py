@@ -20,6 +20,7 @@ from imapserver import observe
 from tests.deliveryserver import lmtp_send
 from tests.imapproc import Client, ServerProcess, make_users
 from tests.mailgen import message
+from tests.sieveclient import SieveClient
 
 ROOT = Path(__file__).resolve().parent.parent
 DOC = ROOT / "docs" / "metrics.md"
@@ -95,6 +96,16 @@ def imap_traffic(port: int) -> None:
     c.close()
 
 
+def managesieve_traffic(port: int) -> None:
+    c = SieveClient(port)
+    assert c.login("max", "wrong")[0].startswith(b"NO")
+    assert c.login("max", "s3cret-pass")[0].startswith(b"OK")
+    for command in ('PUTSCRIPT "s" "keep;"', "LISTSCRIPTS", 'SETACTIVE "s"', 'GETSCRIPT "s"',
+                    'SETACTIVE ""', 'DELETESCRIPT "s"', "LOGOUT"):
+        assert c.cmd(command)[-1].startswith(b"OK"), command
+    c.close()
+
+
 def test_served_metrics_are_the_documented_ones(tmp_path):
     """Every metric of a running server, after IMAP (RFC 3501), LMTP (RFC 2033) and SMTP
     (RFC 5321) traffic, is in docs/metrics.md with its type and labels, every documented one
@@ -107,9 +118,11 @@ def test_served_metrics_are_the_documented_ones(tmp_path):
     conf = tmp_path / "c.conf"
     conf.write_text("[store]\nsynchronous = NORMAL\n[delivery]\ndomains = localhost\n")
     with ServerProcess(data_dir, "--metrics-port", "auto", "--lmtp-port", "auto",
-                       "--smtp-port", "auto", config=str(conf)) as server:
+                       "--smtp-port", "auto", "--sieve-port", "auto",
+                       config=str(conf)) as server:
         before = scrape(server.ports["metrics"])
         imap_traffic(server.port)
+        managesieve_traffic(server.ports["managesieve"])
         with smtplib.LMTP("127.0.0.1", server.ports["lmtp"], timeout=10) as lmtp:
             rcpt, answers = lmtp_send(lmtp, "x@example.org",
                                       ["max@localhost", "nobody@localhost", "a@elsewhere.example"],
@@ -147,6 +160,10 @@ def test_served_metrics_are_the_documented_ones(tmp_path):
     assert moved(p + "deliveries_total", protocol="smtp", outcome="delivered") == 1
     assert moved(p + "rejected_recipients_total", protocol="lmtp", reason="unknown_user") == 1
     assert moved(p + "rejected_recipients_total", protocol="lmtp", reason="foreign_domain") == 1
+    assert moved(p + "managesieve_commands_total", command="PUTSCRIPT", outcome="OK") == 1
+    assert moved(p + "managesieve_logins_total", outcome="failed") == 1
+    assert moved(p + "managesieve_connections_total") == 1
+    assert moved(p + "received_bytes_total", protocol="managesieve") > 0
     for protocol in ("imap", "lmtp", "smtp"):
         assert moved(p + "received_bytes_total", protocol=protocol) > len(message(1))
         assert moved(p + "sent_bytes_total", protocol=protocol) > 0
@@ -155,7 +172,7 @@ def test_served_metrics_are_the_documented_ones(tmp_path):
                           "search", "copy", "move", "expunge", "create_mailbox",
                           "delete_mailbox", "rename_mailbox", "list_mailboxes",
                           "mailbox_status", "subscribe", "unsubscribe", "resolve_recipient",
-                          "deliver"}, operations
+                          "deliver", "sieve_scripts"}, operations
     assert "other" not in operations  # every store call this traffic made has its name
 
 
@@ -170,6 +187,11 @@ def test_documented_label_sets_match_the_code():
                 | {f"UID {c}" for c in observe.UID_COMMANDS})
     assert commands == expected
     assert doc["hbaseimap_imap_command_seconds"][1]["command"] == expected - {"IDLE"}
+    from imapserver.managesieve import protocol  # noqa: F401  (registers the commands)
+    from imapserver.managesieve.context import known_commands as sieve_commands
+    sieve = set(sieve_commands()) | {"unknown"}
+    assert doc["hbaseimap_managesieve_commands_total"][1]["command"] == sieve
+    assert doc["hbaseimap_managesieve_command_seconds"][1]["command"] == sieve
     assert doc["hbaseimap_store_call_seconds"][1]["operation"] == set(observe.STORE_OPERATIONS)
     assert doc["hbaseimap_store_errors_total"][1]["operation"] == set(observe.STORE_OPERATIONS)
     rcpt_replies = [replies.MALFORMED_RCPT, replies.UNKNOWN_USER, replies.FOREIGN_DOMAIN,

@@ -22,6 +22,7 @@ import pytest
 
 from tests.imapproc import Client, ServerProcess, make_users
 from tests.mailgen import message
+from tests.sieveclient import SieveClient
 
 
 def worker_pids(server: ServerProcess, count: int = 2, timeout: float = 30.0) -> dict[int, int]:
@@ -224,6 +225,27 @@ def test_lmtp_delivers_through_the_workers(data_dir):
         client.cmd("a", "LOGIN ann pw")
         assert f"* {sent} EXISTS".encode() in client.cmd("s", "SELECT INBOX")
         client.close()
+
+
+def test_managesieve_is_served_by_every_worker(data_dir):
+    """RFC 5804 on the shared ManageSieve socket (like LMTP's): a script uploaded and activated
+    through one worker is listed, active, through the other (one store, decision 0023)."""
+    with ServerProcess(data_dir, "--workers", "2", "--sieve-port", "auto") as server:
+        pids = list(worker_pids(server).values())
+        port = server.ports["managesieve"]
+        clients = {}
+        for pid in pids:
+            with only(pid, pids):
+                clients[pid] = SieveClient(port)
+                assert serving_pid(clients[pid].sock, port, pids) == pid
+        first, second = (clients[pid] for pid in pids)
+        for c in (first, second):
+            assert c.login("ann", "pw")[-1].startswith(b"OK")
+        assert first.cmd('PUTSCRIPT "s" "keep;"')[-1].startswith(b"OK")
+        assert first.cmd('SETACTIVE "s"')[-1].startswith(b"OK")
+        assert second.cmd("LISTSCRIPTS") == [b'"s" ACTIVE', b'OK "Listscripts completed"']
+        for c in (first, second):
+            c.close()
 
 
 def test_metrics_label_every_worker(data_dir):

@@ -50,6 +50,11 @@ from .context import NOT_AUTH, CommandContext, No, lookup
 CRLF = b"\r\n"
 MAX_QUEUED = 50
 """Commands parsed ahead of the running one before the connection stops being read."""
+MAX_INVALID_BEFORE_LOGIN = 3
+"""Refused commands before authentication after which the connection is closed."""
+DISCARD_AT_MOST = 16 * 1024 * 1024
+"""An oversize literal is read and dropped (the command answered NO) up to this size, or 16
+times the script size limit; a larger one ends the connection with BYE."""
 CLOSE_GRACE = 30.0
 """Seconds a closing connection has to take its last responses before it is aborted."""
 
@@ -82,6 +87,7 @@ class ManageSieveProtocol(protocol.Protocol):
         self.closed = self.closing = False
         self.bytes_in = self.bytes_out = 0
         self.commands = 0
+        self._invalid = 0
         self.ended: str | None = None
 
     # -- connection -------------------------------------------------------------------------
@@ -184,6 +190,9 @@ class ManageSieveProtocol(protocol.Protocol):
         _RECEIVED.inc(len(data))
         self.reset_timeout()
         self._buffer += data
+        self._consume_safely()
+
+    def _consume_safely(self) -> None:
         try:
             self._consume()
         except Exception:
@@ -228,6 +237,11 @@ class ManageSieveProtocol(protocol.Protocol):
 
     def _start_literal(self, size: int) -> None:
         limit = self.cfg["max_script_size"]
+        if size > max(DISCARD_AT_MOST, 16 * limit):
+            # Reading that much only to throw it away serves no client: close instead.
+            self.close(wire.response(b"BYE", f"Literal of {size} octets is far over the "
+                                     f"limit of {limit}"), "literal_too_large")
+            return
         self._command_octets += size
         if size > limit or self._command_octets > limit + self.cfg["max_line_length"]:
             self._oversize = True
@@ -266,6 +280,11 @@ class ManageSieveProtocol(protocol.Protocol):
 
     # -- running ----------------------------------------------------------------------------
 
+    @property
+    def busy(self) -> bool:
+        """A command is running (graceful shutdown waits for it)."""
+        return self._running and not self.closed
+
     def _run_next(self) -> None:
         if self._running or self._output_paused or not self._queue or self.closing:
             return
@@ -280,7 +299,7 @@ class ManageSieveProtocol(protocol.Protocol):
         if self._input_paused and len(self._queue) <= MAX_QUEUED // 2 and not self.closing:
             self._input_paused = False
             self.transport.resumeProducing()
-            self._consume()
+            self._consume_safely()
         self._run_next()
 
     def output_paused(self, paused: bool) -> None:
@@ -315,6 +334,17 @@ class ManageSieveProtocol(protocol.Protocol):
 
     def _answered(self, label: str, started: float, status: bytes, text: str,
                   code: str | None = None) -> defer.Deferred:
+        """A command refused before it ran (unparseable, unknown, wrong state)."""
+        if self.session.state == NOT_AUTH:
+            # Before login, a client that keeps sending what cannot run is not a ManageSieve
+            # client (a port scanner, a confused protocol): the third such command ends the
+            # connection, as Dovecot's managesieve-login does.
+            self._invalid += 1
+            if self._invalid >= MAX_INVALID_BEFORE_LOGIN:
+                self._count(label, b"BYE", started)
+                self.close(wire.response(b"BYE", "Too many invalid commands"),
+                           "too_many_errors")
+                return defer.succeed(None)
         self.write_lines([wire.response(status, text, code)])
         self._count(label, status, started)
         return defer.succeed(None)

@@ -55,7 +55,8 @@ class ManageSieveServer(protocol.ServerFactory):
     def connection_closed(self, conn) -> None:
         self.connections.discard(conn)
 
-    def describe_error(self, exc: Exception) -> tuple[str | None, str]:
+    @staticmethod
+    def describe_error(exc: Exception) -> tuple[str | None, str]:
         """The response code and text of a command that failed with a store error.  A backend
         failure is TRYLATER (RFC 5804 1.3) with a fixed text: the detail is for the log."""
         if isinstance(exc, errors.BackendUnavailable):
@@ -72,7 +73,7 @@ class ManageSieveServer(protocol.ServerFactory):
         deadline = self.reactor.seconds() + grace
 
         def finish():
-            busy = [c for c in self.connections if c._running and not c.closed]
+            busy = [c for c in self.connections if c.busy]
             if busy and self.reactor.seconds() < deadline:
                 return task.deferLater(self.reactor, 0.05, finish)
             from . import wire

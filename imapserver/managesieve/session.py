@@ -8,8 +8,15 @@ from .context import AUTH, NOT_AUTH
 
 IMPLEMENTATION = "hbase-imap ManageSieve"
 MAX_REDIRECTS = 4
-"""Redirects one script run may make, announced as MAXREDIRECTS (RFC 5804 1.7).  The
-interpreter's limit (mailstore/sieve/) is the one that counts; this follows it."""
+"""Redirects one script run may make, announced as MAXREDIRECTS (RFC 5804 1.7), when the
+configuration has no ``[sieve] max_redirects`` (the interpreter's limit, which wins)."""
+
+
+def max_redirects(cfg) -> int:
+    try:
+        return int(cfg["sieve"]["max_redirects"])
+    except KeyError:
+        return MAX_REDIRECTS
 
 
 class Session:
@@ -46,7 +53,7 @@ class Session:
         ]
         if not self.tls and self.server.tls_context is not None:
             caps.append(("STARTTLS", None))
-        caps += [("MAXREDIRECTS", str(MAX_REDIRECTS)), ("UNAUTHENTICATE", None),
+        caps += [("MAXREDIRECTS", str(max_redirects(self.server.cfg))), ("UNAUTHENTICATE", None),
                  ("VERSION", "1.0")]
         if self.user is not None:
             caps.append(("OWNER", self.user))
