@@ -91,7 +91,8 @@ STORE_OPERATIONS = (
     "authenticate", "open_mailbox", "refresh", "list_mailboxes", "mailbox_status",
     "create_mailbox", "delete_mailbox", "rename_mailbox", "subscribe", "unsubscribe",
     "append", "fetch", "read_content", "search", "store_flags", "expunge", "copy", "move",
-    "replace", "resolve_recipient", "deliver", "quota", "sieve_scripts", "other")
+    "replace", "resolve_recipient", "deliver", "quota", "sieve_scripts", "get_metadata",
+    "set_metadata", "other")
 """The values of the ``operation`` label: what a store call does, not the function that
 does it ("other" is a call nobody named yet: a bug to report)."""
 

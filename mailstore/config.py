@@ -105,6 +105,11 @@ SCHEMA: dict[str, dict[str, Key]] = {
         "max_connections_per_user": Key(int, 50),
         "idle_timeout": Key(int, 1800),
         "auth_failure_delay": Key(float, 2.0),
+        # METADATA (RFC 5464; mailstore/metadata.py Policy, docs/metadata.md).
+        "metadata_max_value_size": Key(_int_range(1, 16 * 1024 * 1024), 65536),
+        "metadata_max_entries": Key(_int_range(1, 100000), 100),
+        "metadata_max_user_size": Key(_int_range(1, 2**40), 1024 * 1024),
+        "metadata_admin": Key(str, ""),
     },
     "delivery": {
         "host": Key(str, "127.0.0.1"),

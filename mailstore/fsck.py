@@ -12,8 +12,8 @@ What is checked (docs/decisions/0004-counters-and-fsck.md):
   never finished, content no message refers to (content released by its last expunge and
   waiting out its grace period is not a problem: ``--repair`` deletes it once the period is
   over, as the server's sweep does; docs/decisions/0011);
-* import records (``JAMES_IMPORTS``), change-log entries and checkpoints (``JAMES_CHANGES``) of
-  mailboxes that no longer exist.
+* import records (``JAMES_IMPORTS``), change-log entries and checkpoints (``JAMES_CHANGES``) and
+  annotations (``JAMES_METADATA``) of mailboxes that no longer exist.
 
 Counters are repaired by incrementing them by the difference, never by overwriting them, so a
 repair racing with live traffic cannot erase a concurrent change.  The content reference check
@@ -43,7 +43,7 @@ from .mailboxes import (
 from .messages import FLAGS, PENDING_CELLS, STATE
 from .records import ABANDONED, COMMITTED, MOVING, Flags, MessageRecord, state_of, unclaimed
 from .records import DELETING as DELETING_STATE
-from .schema import CHANGES, IMPORTS
+from .schema import CHANGES, IMPORTS, METADATA
 from .store import MailStore, purge_mailbox_messages
 
 UNFINISHED_CONTENT_AGE = 3600
@@ -94,6 +94,7 @@ class Fsck:
             self.check_content()
             self.check_import_records()
             self.check_change_records()
+            self.check_metadata_records()
         return self.report
 
     # -- users and mailboxes -------------------------------------------------------------------
@@ -331,9 +332,15 @@ class Fsck:
         self._records_of_gone_mailboxes(CHANGES.name, [b"l", b"k"], 8, "changes",
                                         "change-log row(s)")
 
+    def check_metadata_records(self) -> None:
+        """Annotations (RFC 5464) whose mailbox is gone; the server's rows are no mailbox's."""
+        self._records_of_gone_mailboxes(METADATA.name, [b"e", b"c"], 1024, "metadata",
+                                        "annotation row(s)", keep=keys.SERVER_METADATA)
+
     def _records_of_gone_mailboxes(self, table_name: str, columns: list[bytes], suffix: int,
-                                   kind: str, what: str) -> None:
-        """Rows keyed by mailbox UUID + ``suffix`` bytes whose mailbox no longer exists.
+                                   kind: str, what: str, keep: bytes | None = None) -> None:
+        """Rows keyed by mailbox UUID + up to ``suffix`` bytes whose mailbox no longer exists
+        (``keep``: a prefix that is no mailbox's, left alone).
 
         One short scan per mailbox with rows, not per row: after looking at the first row of a
         mailbox the scan jumps past all of that mailbox's rows.
@@ -347,7 +354,7 @@ class Fsck:
                 return
             mailbox_id = first[0][0][:keys.UUID_LEN]
             after = prefix_stop(mailbox_id)
-            if self.store.mailboxes.load(mailbox_id) is None:
+            if mailbox_id != keep and self.store.mailboxes.load(mailbox_id) is None:
                 count, batch = 0, []
                 for key, _ in table.scan(prefix=mailbox_id, columns=columns):
                     count += 1

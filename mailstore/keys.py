@@ -190,3 +190,20 @@ STORE_ROW = b"\x00" * UUID_LEN
 def outbox_range() -> tuple[bytes, bytes]:
     """(start, stop) of every outgoing queue entry: all 16-byte ids."""
     return b"\x00" * UUID_LEN, b"\xff" * (UUID_LEN + 1)
+
+
+# -- JAMES_METADATA: mailbox uuid (or SERVER_METADATA) + 's' | 'p' user ----------------------
+
+SERVER_METADATA = b"\x00" * (UUID_LEN - 1) + b"\x02"
+"""Row prefix of the server's annotations (RFC 5464 METADATA-SERVER): a mailbox UUID no UUID4
+can be (version nibble 0), beside RELEASE_PREFIX, so no mailbox's prefix scan reaches them."""
+
+
+def metadata_key(mailbox_id: bytes | None, private_user: str | None) -> bytes:
+    """The row of a mailbox's shared annotations (``private_user`` None) or of one user's
+    private ones; ``mailbox_id`` None for the server's.  A mailbox's rows all start with its
+    UUID: one prefix scan finds every user's."""
+    base = SERVER_METADATA if mailbox_id is None else mailbox_id
+    if len(base) != UUID_LEN:
+        raise ValueError("mailbox id must be 16 bytes")
+    return base + (b"s" if private_user is None else b"p" + private_user.encode())

@@ -264,6 +264,15 @@ class Mailboxes:
         self.rows.put(mailbox.id, {b"m:state": DELETING})
         self.index.delete(keys.index_key(mailbox.owner, mailbox.name))
 
+    def set_special_use(self, mailbox_id: bytes, use: str | None) -> None:
+        """Give a mailbox a special use, or with None take it away (RFC 6154 3, through
+        METADATA's /private/specialuse).  A mailbox deleted meanwhile is not brought back."""
+        if use is not None and use not in SPECIAL_USE:
+            raise InvalidName(f"unknown special-use attribute: {use}")
+        if not self.rows.check_and_put(mailbox_id, b"m:state", LIVE, b"m:special",
+                                       use.encode() if use else b""):
+            raise NotFound("no such mailbox")
+
     def remove_row(self, mailbox_id: bytes) -> None:
         self.rows.delete(mailbox_id)
 

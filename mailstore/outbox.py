@@ -250,7 +250,9 @@ class Outbox:
         return _entry(row, self.table.row(row, [ENVELOPE, STATE]))
 
     def entries(self, limit: int | None = None) -> list[Entry]:
-        """Every live entry, oldest first (finished ones awaiting removal are left out)."""
+        """Every live entry, oldest first (finished ones awaiting removal are left out).
+
+        Keys sort by the millisecond of their enqueue; within one, by the time recorded."""
         start, stop = keys.outbox_range()
         out = []
         for key, row in self.table.scan(start=start, stop=stop, columns=[ENVELOPE, STATE]):
@@ -259,6 +261,7 @@ class Outbox:
                 out.append(entry)
                 if limit is not None and len(out) >= limit:
                     break
+        out.sort(key=lambda e: (e.created, e.id))
         return out
 
     def due(self, now: float | None = None, limit: int = 100) -> list[Entry]:

@@ -292,9 +292,29 @@ SIEVE_TRACKING = TableDef(
            "message is stored; a prefix scan per user to sweep expired rows",
 )
 
+METADATA = TableDef(
+    name="JAMES_METADATA",
+    purpose="Annotations (RFC 5464 METADATA, METADATA-SERVER): a mailbox's shared entries, "
+            "each user's private entries on it, the server's shared and per-user private "
+            "entries (docs/decisions/0019-metadata.md).",
+    row_key="16-byte mailbox UUID + 's' (shared entries) or + 'p' + user name UTF-8 (that "
+            "user's private entries); server entries: 15 NUL bytes and 0x02 (no UUID4) "
+            "instead of the mailbox UUID",
+    families={
+        "e": "one cell per entry: qualifier = entry name (lower case UTF-8, e.g. "
+             "/private/comment), value = the entry's octets",
+        "c": "c:seq, incremented with every change to the row's entries (what NOTIFY's "
+             "MailboxMetadataChange polls)",
+    },
+    access="GETMETADATA/SETMETADATA: one multi-get of the two rows a user sees on a mailbox, "
+           "one row mutation per row changed; DELETE: one prefix scan of the mailbox UUID; "
+           "the per-user size limit: one multi-get of the user's rows on their mailboxes",
+    split="uniform",
+)
+
 TABLES: tuple[TableDef, ...] = (MAILBOXES, MAILBOX_INDEX, MESSAGES, CONTENT, SUBSCRIPTIONS,
                                 USERS, INTENTS, IMPORTS, CHANGES, SIEVE_SCRIPTS, OUTBOX,
-                                SIEVE_TRACKING)
+                                SIEVE_TRACKING, METADATA)
 
 
 SPLIT_ALGORITHMS = {"uniform": "UniformSplit", "hex": "HexStringSplit"}

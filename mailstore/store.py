@@ -40,6 +40,7 @@ from .messages import (
     flag_target,
     known_size,
 )
+from .metadata import DEFAULT_POLICY, Annotations, Metadata, Policy, digests
 from .modseqs import SinceModseq, since_modseq
 from .outbox import Outbox
 from .records import COMMITTED, DELETING, MOVING, Flags, MessageRecord, state_of
@@ -110,6 +111,8 @@ class MailStore:
         self.sort_cache = SortKeyCache(self.messages)
         self._sieve_scripts = SieveScripts(backend, limits=sieve_limits, clock=clock,
                                            user_exists=self.users.get)
+        self.metadata = Metadata(backend)
+        self.annotations = Annotations(self.metadata, self.mailboxes)
         self._chunk_size = chunk_size
 
     @functools.cached_property
@@ -207,6 +210,7 @@ class MailStore:
         self.mailboxes.drop_subscriptions(user)
         self.sieve_scripts.delete_all(user)
         self.sieve_tracking.delete_all(user)
+        self.metadata.drop_user(user)
         self.users.delete_row(user)
 
     # -- mailboxes ------------------------------------------------------------------------------
@@ -281,6 +285,7 @@ class MailStore:
         for key, _op, _at in self.transfers.pending(mailbox.id):
             self.transfers.intents.delete(key)
         self._drop_import_records(mailbox.id)
+        self.metadata.drop_mailbox(mailbox.id)  # RFC 5464 3.1: annotations go with it
         self.changes.drop(mailbox.id)
         self.indexes.forget(mailbox.id)
         self.mailboxes.remove_row(mailbox.id)
@@ -299,6 +304,40 @@ class MailStore:
 
     def subscriptions(self, user: str) -> list[str]:
         return self.mailboxes.subscriptions(user)
+
+    # -- annotations (RFC 5464 METADATA; mailstore/metadata.py, docs/decisions/0019) -------------
+
+    def get_metadata(self, user: str, mailbox: str | None, entries: Sequence[str],
+                     depth: int | None = 0, policy: Policy = DEFAULT_POLICY
+                     ) -> tuple[str | None, list[tuple[str, bytes | None]]]:
+        """GETMETADATA (RFC 5464 4.2): ``entries`` (checked names, metadata.entry_name) of
+        ``user``'s mailbox ``mailbox`` (None: the server) and their descendants within
+        ``depth`` levels (None: all).  Returns the mailbox's name as stored and ``(entry,
+        value)`` pairs, value None for a requested entry without one.  Raises NotFound."""
+        return self.annotations.get(user, mailbox, entries, depth, policy)
+
+    @durable
+    def set_metadata(self, user: str, mailbox: str | None,
+                     changes: Sequence[tuple[str, bytes | None]], policy: Policy = DEFAULT_POLICY
+                     ) -> None:
+        """SETMETADATA (RFC 5464 4.3): set each ``(entry, value)``, or remove it for None, on
+        ``user``'s mailbox (None: the server), all or none.  Raises the errors of
+        metadata.Annotations.set."""
+        self.annotations.set(user, mailbox, changes, policy)
+
+    def metadata_digests(self, user: str, mailbox_id: bytes | None) -> dict[str, bytes]:
+        """What ``user`` sees on a mailbox (None: the server) as entry name -> digest of the
+        value, stored entries only: two of them, before and after a change that
+        :meth:`metadata_marks` signalled, give the entries that changed
+        (metadata.changed_entries) for NOTIFY's unsolicited METADATA (RFC 5464 4.4.2)."""
+        return digests(self.metadata.read(mailbox_id, user))
+
+    def metadata_marks(self, user: str, mailbox_ids: Sequence[bytes | None]
+                       ) -> dict[bytes | None, int]:
+        """A number per mailbox (None: the server) that moves whenever an annotation
+        ``user`` can see there changes, in any process: what NOTIFY's MailboxMetadataChange
+        (RFC 5465 5.4) polls for, one multi-get for all of them."""
+        return self.metadata.marks(mailbox_ids, user)
 
     # -- messages -------------------------------------------------------------------------------
 

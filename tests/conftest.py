@@ -29,7 +29,7 @@ def hbase_target(tmp_path_factory):
 
 @pytest.fixture
 def hbase_store(hbase_target):
-    """A leased table prefix with the nine schema tables, empty: ``.args()`` for imapserver and
+    """A leased table prefix with every schema table, empty: ``.args()`` for imapserver and
     mailadmin, ``.backend()`` for an HBaseBackend, ``.another()`` for a second store."""
     leases: list[str] = []
 

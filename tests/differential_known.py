@@ -702,3 +702,58 @@ answers("compress-unknown-mechanism",
         "unknown or arguments invalid'; section 5's grammar has algorithm = \"DEFLATE\" only); "
         "Dovecot answers NO. Neither turns compression on.",
         {"COMPRESS LZMA": (["tag BAD"], ["tag NO"])})
+
+
+# -- METADATA (RFC 5464; tests/test_differential_metadata.py) ---------------------------------
+
+
+def _metadata_pairs(event: Event) -> list[Response]:
+    return [r for r in _data(event, b"METADATA") if len(r.data) == 3
+            and isinstance(r.data[2], list) and len(r.data[2]) % 2 == 0]
+
+
+@deliberate("metadata-entry-order",
+            "RFC 5464 4.4.1 fixes no order for the entries of one METADATA response: ours "
+            "lists each requested entry's subtree sorted by name, Dovecot in its dict's "
+            "order. Both lists are sorted by entry name where they hold the same entries.")
+def _metadata_entry_order(ours: Event, dovecot: Event) -> bool:
+    changed = False
+    for a, b in zip(_metadata_pairs(ours), _metadata_pairs(dovecot), strict=False):
+        pairs = {id(r): [r.data[2][k:k + 2] for k in range(0, len(r.data[2]), 2)]
+                 for r in (a, b)}
+        names = {id(r): [word(p[0]) for p in pairs[id(r)]] for r in (a, b)}
+        if names[id(a)] == names[id(b)] or sorted(names[id(a)]) != sorted(names[id(b)]):
+            continue
+        for r in (a, b):
+            r.data[2] = [x for p in sorted(pairs[id(r)], key=lambda p: word(p[0])) for x in p]
+        changed = True
+    return changed
+
+
+answers("metadata-binary-values",
+        "RFC 5464 5 allows any octets in a value (value = nstring / literal8) and we store "
+        "them, NUL included, answering with a literal8 (RFC 3516 4.2); Dovecot's dict "
+        "refuses a value holding NUL (NO [CANNOT]).",
+        {"SETMETADATA INBOX (/shared/nul ~{3})": (["+", "tag OK"], ["+", "tag NO [CANNOT]"]),
+         "GETMETADATA INBOX /shared/nul": (
+             ['* METADATA INBOX (/shared/nul "a\\x00b")', "tag OK"],
+             ["* METADATA INBOX (/shared/nul NIL)", "tag OK"])})
+
+answers("metadata-specialuse-writable",
+        "RFC 6154 3 lets a client set a mailbox's special use through /private/specialuse "
+        "(NO [USEATTR] for one the server cannot give); we do, with CREATE's rules (one use "
+        "of a real folder). Dovecot 2.3 reports the entry read-only (NO [CANNOT]).",
+        {'SETMETADATA Sent (/private/specialuse "\\\\\\\\Drafts")': (
+            ["tag OK"], ["tag NO [CANNOT]"])})
+
+answers("metadata-strict-grammar",
+        "RFC 5464 5: entries and entry-values hold at least one entry, a value is nstring or "
+        "literal8 (not an atom), and /private and /shared themselves are the roots of the "
+        "entry tree, not entries with values, as /shared/vendor/<vendor-token> is the top of "
+        "one vendor's entries (3.2.1): we answer BAD. Dovecot takes all five (and a value "
+        "stored at /private then breaks its later SETMETADATAs with NO [SERVERBUG]).",
+        {"GETMETADATA INBOX ()": (["tag BAD"], ["tag OK"]),
+         "SETMETADATA INBOX ()": (["tag BAD"], ["tag OK"]),
+         "SETMETADATA INBOX (/private/x FOO)": (["tag BAD"], ["tag OK"]),
+         'SETMETADATA INBOX (/private "x")': (["tag BAD"], ["tag OK"]),
+         'SETMETADATA INBOX (/shared/vendor/vendor.example "x")': (["tag BAD"], ["tag OK"])})

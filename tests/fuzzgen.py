@@ -205,6 +205,19 @@ _appended = _c(st.one_of(st.none(), flag_list.filter(lambda f: f[:1] == b"(")),
                                        b"From: a@b\r\n\r\n\x00\xff\r\n.\r\n", b"x" * 300,
                                        b"Content-Type: multipart/mixed; boundary=\"\"\r\n\r\n"
                                        b"--\r\n\r\n----\r\n"])))
+# RFC 5464 METADATA: entry names good and bad (3.2.1), values of every string form and NIL.
+_entry = string(st.sampled_from([b"/private/comment", b"/shared/comment", b"/private/specialuse",
+                                 b"/shared/admin", b"/private", b"/x*", b"/a//b", b"/Private/A/",
+                                 b"/shared/vendor/vendor.fuzz/\xc3\xa9"]))
+_metadata_mailbox = st.one_of(mailbox, st.just(b'""'))
+metadata_command = st.one_of(
+    _c(b"GETMETADATA", st.sampled_from([None, b"(DEPTH infinity)", b"(MAXSIZE 0 DEPTH 1)",
+                                        b"(DEPTH 2)", b"()", b"(MAXSIZE"]),
+       _metadata_mailbox, st.one_of(_entry, st.lists(_entry, max_size=3).map(paren))),
+    _c(b"SETMETADATA", _metadata_mailbox,
+       st.lists(_c(_entry, string(st.one_of(any_text, st.just(b"\\Sent")), nil=True)),
+                max_size=3).map(paren)),
+)
 any_state_command = st.one_of(
     st.just(b"CAPABILITY"), st.just(b"NOOP"), st.just(b"NOOP extra"),
     _c(b"ID", st.one_of(st.just(b"NIL"), st.lists(string(nil=True), max_size=6).map(paren))),
@@ -235,6 +248,7 @@ auth_command = st.one_of(
                                             b"IMAP4rev2", b"BOGUS"]), max_size=3).map(
         b" ".join)),
     st.just(b"IDLE"),
+    metadata_command,
 )
 selected_command = st.one_of(
     st.sampled_from([b"CHECK", b"CLOSE", b"UNSELECT", b"EXPUNGE"]),

@@ -5,10 +5,10 @@ optionally ``HBASE_THRIFT_PORT``, default 9090) name one, else the in-process
 :class:`~mailstore.testing.thrift_gateway.ThriftGateway` over an embedded store.
 
 Tests are isolated by table prefix, without creating and dropping tables per test: on a real
-HBase each create+drop of the nine schema tables costs 20-30 s (disable, delete, region
+HBase each create+drop of the schema tables (ten) costs 20-30 s (disable, delete, region
 assignment), which would put the suite far past any reasonable time.  Instead the session keeps
 a pool of prefixes (``<base>0``, ``<base>1``, ... with ``base`` from ``HBASE_TEST_TABLE_PREFIX``,
-default ``hbt``).  A prefix is created once, with the nine schema tables, the first time more
+default ``hbt``).  A prefix is created once, with every schema table, the first time more
 prefixes are in use at once than before; each test leases one and gets it back *truncated*:
 every row of every table deleted, tables the test created besides the schema (and the contract
 tests' ``CONTRACT`` table) dropped.  Row deletes are a few scans and batched deletes, cheap on
@@ -59,7 +59,7 @@ class HBaseTarget:
     # -- the pool ----------------------------------------------------------------------------
 
     def lease(self) -> str:
-        """An empty prefix holding the nine schema tables, for one test."""
+        """An empty prefix holding every schema table, for one test."""
         if self._free:
             return self._free.pop()
         prefix = f"{self.base}{self._made}"

@@ -6,7 +6,8 @@ serves SMTP on that very socket (aiosmtpd's ``Controller`` in its own thread and
 every message it answered 250 with the exact bytes received, and answers RCPT and DATA from a
 script of replies a test sets (``rcpt_replies``, ``data_replies``: lists consumed in order;
 empty means 250).  ``hold_rcpt``/``hold_data`` make it wait inside the command (to kill the
-sender at that moment); ``in_rcpt``/``in_data`` tell the test it got there.
+sender at that moment: in DATA, after the message is kept and before the reply is sent);
+``in_rcpt``/``in_data`` tell the test it got there.
 """
 
 from __future__ import annotations
@@ -51,8 +52,9 @@ class _Handler:
         return reply
 
     async def handle_DATA(self, server, session, envelope):
-        self.sink.in_data.set()
-        await _wait(self.sink.hold_data)
+        # The message is taken (kept) before the reply is held back and sent, as a real MTA
+        # commits its queue file before its 250: a sender killed while the sink holds the
+        # reply has handed the message over without learning it.
         reply = self.sink.data_replies.pop(0) if self.sink.data_replies else "250 queued"
         if reply.startswith("250"):
             login = session.auth_data if session.authenticated else None
@@ -60,6 +62,8 @@ class _Handler:
                 self.sink.received.append(Received(
                     envelope.mail_from, list(envelope.rcpt_tos), envelope.original_content,
                     session.ssl is not None, login))
+        self.sink.in_data.set()
+        await _wait(self.sink.hold_data)
         return reply
 
 

@@ -752,13 +752,16 @@ def test_dovecot_advertises_what_we_do(differential):
     # OBJECTID (RFC 8474): Debian's Dovecot 2.3.19 does not implement it (BAD to EMAILID and
     # STATUS MAILBOXID), so it has no judge here; tests/test_imap_objectid.py checks it.
     from test_differential_compress import CAPABILITIES_JUDGED_HERE as COMPRESS_JUDGED
+    from test_differential_metadata import CAPABILITIES_JUDGED_HERE as METADATA_JUDGED
     from test_differential_quota import CAPABILITIES_JUDGED_HERE  # QUOTA needs its plugins
     # CONTEXT=SORT (RFC 5267): Dovecot 2.3 does not advertise it (its UPDATE answers carry no
     # sort positions); tests/test_imap_context_sort.py checks it against the RFC's examples.
+    # METADATA (RFC 5464) needs Dovecot's imap_metadata and an attribute dict: judged in
+    # tests/test_differential_metadata.py.
     # REPLACE (RFC 8508): Dovecot 2.3 lacks it; tests/test_differential_replace.py has it
     # judge REPLACE's outcome against the commands it stands for.
     assert ours - theirs == {"APPENDLIMIT", "OBJECTID", "CONTEXT=SORT", "REPLACE",
-                             *CAPABILITIES_JUDGED_HERE, *COMPRESS_JUDGED}
+                             *CAPABILITIES_JUDGED_HERE, *COMPRESS_JUDGED, *METADATA_JUDGED}
 
 
 def test_expunges_first_is_the_common_order():

@@ -247,3 +247,18 @@ def test_sweep_finishes_what_a_crash_left(backend):
     clock.now += 3601
     assert store.outbox.sweep() == 1
     assert table.row(orphan) == {} and ENVELOPE not in table.row(bytes.fromhex(qid))
+
+
+def test_dsn_carries_no_header_injected_by_a_reply_text(backend):
+    """A relay's reply text goes into the DSN's fields (RFC 3464 2.3.6 Diagnostic-Code) as one
+    line: CR/LF in it cannot start a header field of its own."""
+    store = open_store(backend)
+    qid = store.outbox.enqueue("alice@example.org", ["bob@x.net"], MSG, "redirect")
+    store.outbox.record(store.outbox.claim(qid, "w"),
+                        {"bob@x.net": (550, "5.7.1 no\r\nBcc: victim@example.com\r\n\r\nx")})
+    [bounce] = store.outbox.entries()
+    data = store.outbox.message(bounce)
+    assert b"\r\nBcc:" not in data
+    status = email.message_from_bytes(data).get_payload()[1].get_payload()[1]
+    assert status["Diagnostic-Code"] == "smtp; 550 5.7.1 no Bcc: victim@example.com x"
+    assert status["Status"] == "5.7.1"

@@ -53,17 +53,22 @@ def store(tmp_path):
 
 
 def test_queued_message_arrives_byte_for_byte(backend):
-    """The relay receives the queued bytes exactly, with the queued envelope; the entry is
-    gone once the relay said 250 (RFC 5321 6.1)."""
+    """The relay receives the queued bytes exactly, with the queued envelope, sent at once
+    on the enqueue (not at a later scan); the entry is gone once the relay said 250 (RFC 5321
+    6.1)."""
     store = MailStore(backend)
-    with Sink() as sink, InProcess(store, relay_config(sink.port)):
-        qid = store.outbox.enqueue("alice@example.com", ["bob@example.net", "carol@example.net"],
-                                   MESSAGE, "redirect")
-        [got] = wait_for(sink.messages, what="the message at the sink")
-        wait_for(lambda: store.outbox.get(qid) is None, what="the entry removed")
-    assert got.data == MESSAGE
-    assert got.mail_from == "alice@example.com"
-    assert got.rcpt_tos == ["bob@example.net", "carol@example.net"]
+    # No periodic scan after the first one: what arrives was sent on the enqueue's wake-up.
+    with Sink() as sink, InProcess(store, relay_config(sink.port, relay_poll_interval=3600)):
+        for n in (1, 2):
+            qid = store.outbox.enqueue("alice@example.com",
+                                       ["bob@example.net", "carol@example.net"], MESSAGE,
+                                       "redirect")
+            wait_for(lambda n=n: len(sink.messages()) == n, what="the message at the sink")
+            wait_for(lambda q=qid: store.outbox.get(q) is None, what="the entry removed")
+    for got in sink.messages():
+        assert got.data == MESSAGE
+        assert got.mail_from == "alice@example.com"
+        assert got.rcpt_tos == ["bob@example.net", "carol@example.net"]
 
 
 def test_relay_down_at_first_then_up_delivers_once(store):
@@ -173,10 +178,12 @@ def test_starttls_required_refuses_a_relay_without_it_or_unverified(store, certs
 
 
 def test_auth_is_never_sent_in_clear(store):
-    """relay_username without TLS: the attempt stops before AUTH (RFC 4954 4: no plain
-    password over an unprotected link); the entry waits."""
+    """relay_username with opportunistic TLS and a relay that offers no STARTTLS: the attempt
+    stops before AUTH (RFC 4954 4: no plain password over an unprotected link); the entry
+    waits."""
     with Sink(users={"u": "p"}) as sink, \
-            InProcess(store, relay_config(sink.port, relay_username="u", relay_password="p")):
+            InProcess(store, relay_config(sink.port, relay_username="u", relay_password="p",
+                                          relay_starttls="opportunistic")):
         qid = store.outbox.enqueue("alice@example.com", ["bob@example.net"], MESSAGE, "redirect")
         entry = wait_for(lambda: (e := store.outbox.get(qid)) and e.attempts and e,
                          what="a failed attempt")

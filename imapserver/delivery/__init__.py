@@ -19,7 +19,9 @@ import ssl
 from mailstore.sieve.actions import Limits
 from mailstore.sieve.executor import SieveSettings
 
+from .. import observe
 from ..services import INHERITED, inherited, listen_port
+from . import relay
 from .handler import DeliveryHandler, Settings
 from .protocol import StoreLMTP, StoreSMTP
 
@@ -69,6 +71,7 @@ def start(store, cfg, reactor, loop: asyncio.AbstractEventLoop, announce) -> lis
     limit = cfg["store"]["max_message_size"]
     # Loaded before any socket is bound: a missing or broken certificate stops start-up.
     context = check_tls(cfg)
+    relay_settings = relay.check_settings(cfg)
     require_tls = section["smtp_require_starttls"]
     wanted = []
     for name, key, protocol, lmtp in (("smtp", "smtp_port", StoreSMTP, False),
@@ -112,9 +115,8 @@ def start(store, cfg, reactor, loop: asyncio.AbstractEventLoop, announce) -> lis
         announce(name, section["host"], bound)
     # The sender of the outgoing queue (Sieve redirect/vacation, bounces): every process sends
     # what it queued itself; one scans for entries due again (worker 1, or the only process).
-    from .. import observe
-    from . import relay
-    listeners.append(relay.start(store, cfg, loop, scans=observe.WORKER in (None, 1)))
+    listeners.append(relay.start(store, relay_settings, settings.hostname, loop,
+                                 scans=observe.WORKER in (None, 1)))
     return listeners
 
 

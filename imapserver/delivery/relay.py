@@ -72,6 +72,11 @@ class RelaySettings:
                              backoff_max=d["relay_backoff_max"],
                              max_attempts=d["relay_max_attempts"], max_age=d["relay_max_age"],
                              lease=d["relay_claim_timeout"])
+        if d["relay_username"] and d["relay_starttls"] == "no":
+            # Every attempt would stop before AUTH (never in clear) and the queue would only
+            # grow: refuse at start-up, as other settings that cannot work are refused.
+            raise ValueError("[delivery] relay_username needs relay_starttls = required "
+                             "(AUTH is only sent over TLS)")
         return cls(host=d["relay_host"], port=d["relay_port"], starttls=d["relay_starttls"],
                    ca_file=d["relay_ca_file"], username=d["relay_username"],
                    password=d["relay_password"], helo=d["relay_helo"] or d["hostname"],
@@ -320,8 +325,18 @@ class Relay:
             await self._task
 
 
-def start(store, cfg, loop: asyncio.AbstractEventLoop, scans: bool) -> Relay:
-    """The relay sender of ``store``'s queue, running on ``loop``."""
+def check_settings(cfg) -> RelaySettings:
+    """The relay settings of ``cfg``, checked before anything starts: ValueError for settings
+    that cannot work, OSError or ssl.SSLError for a bad ``relay_ca_file``."""
     settings = RelaySettings.from_config(cfg)
-    store.outbox.hostname = cfg["delivery"]["hostname"]
+    if settings.host and settings.starttls != "no":
+        settings.tls_context()
+    return settings
+
+
+def start(store, settings: RelaySettings, hostname: str, loop: asyncio.AbstractEventLoop,
+          scans: bool) -> Relay:
+    """The relay sender of ``store``'s queue, running on ``loop``; ``hostname`` is the name
+    its bounces give (RFC 3464 Reporting-MTA)."""
+    store.outbox.hostname = hostname
     return Relay(store.outbox, settings, loop, scans).start()

@@ -35,6 +35,7 @@ _OPERATION_OF_FUNCTION = {
     # and VANISHED (EARLIER) belong to the FETCH that asked.
     "_highests": "mailbox_status", "highest_modseq": "mailbox_status",
     "_changed_uids": "fetch", "_vanished": "fetch",
+    "get_metadata": "get_metadata", "set_metadata": "set_metadata",  # RFC 5464
 }
 _OPERATION_OF_COMMAND = {  # closures (``def run()``) of these commands
     "DELETE": "delete_mailbox", "STATUS": "mailbox_status", "APPEND": "append",

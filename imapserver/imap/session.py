@@ -53,6 +53,7 @@ class Session:
         caps += ["CREATE-SPECIAL-USE", *QUOTA_CAPABILITIES]  # RFC 6154 3, RFC 9208
         caps += ["CONDSTORE", "QRESYNC"]  # RFC 7162
         caps.append("REPLACE")  # RFC 8508 3.1
+        caps += ["METADATA", "METADATA-SERVER"]  # RFC 5464 1
         caps.append("COMPRESS=DEFLATE")  # RFC 4978 3 (the command needs a login)
         if self.user is None:
             if not self.tls and self.server.tls_context is not None:

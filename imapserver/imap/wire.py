@@ -78,12 +78,15 @@ _LITERAL8 = re.compile(rb"~\{[0-9]+\+?\}\Z")
 
 
 def _message_literal(stack: list[list]) -> bool:
-    """Whether a literal arriving now would be an APPEND message: the only place RFC 3516
-    (section 4.3, and RFC 4466's append-data) allows a literal8 in a command.  The mailbox
-    name (the first argument) may not be one."""
+    """Whether a literal arriving now may be a literal8: an APPEND message (RFC 3516 4.3, and
+    RFC 4466's append-data; the mailbox name, the first argument, may not be one) or a
+    SETMETADATA value (RFC 5464 5: ``value = nstring / literal8``, the second of each entry
+    and value pair in the list; never the entry name)."""
     top = stack[0]
-    return (len(stack) == 1 and len(top) >= 3 and isinstance(top[1], str)
-            and top[1].upper() == "APPEND")
+    command = top[1].upper() if len(top) >= 2 and isinstance(top[1], str) else ""
+    if command == "SETMETADATA":
+        return len(stack) == 2 and len(top) == 4 and len(stack[1]) % 2 == 1
+    return len(stack) == 1 and len(top) >= 3 and command == "APPEND"
 
 
 def _fold_section_literals(segments: list) -> list:

@@ -6,7 +6,7 @@ thing that was wrong (``no such user: bob``).  Tables by default, ``--json`` for
 
 This module only parses the command line and dispatches; each command group lives in its own
 module (``users_cmd``, ``mailbox_cmd``, ``transfer``, ``queue_cmd``, ``sieve_cmd``,
-``store_cmd``).
+``metadata_cmd``, ``store_cmd``).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import sys
 
 from .. import config as configmod
 from ..errors import MailStoreError
-from . import mailbox_cmd, queue_cmd, sieve_cmd, store_cmd, transfer, users_cmd
+from . import mailbox_cmd, metadata_cmd, queue_cmd, sieve_cmd, store_cmd, transfer, users_cmd
 from .context import Context, load_config
 from .output import EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE, Failure, UsageError
 
@@ -58,6 +58,7 @@ def build_parser() -> argparse.ArgumentParser:
     transfer.register(sub, common)
     queue_cmd.register(sub, common)
     sieve_cmd.register(sub, common)
+    metadata_cmd.register(sub, common)
     store_cmd.register(sub, common)
     return parser
 

@@ -8,6 +8,7 @@ from . import (  # noqa: F401
     idle,
     mailbox_cmds,
     message_cmds,
+    metadata,
     quota,
     replace_cmd,
     search_cmd,
