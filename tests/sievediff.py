@@ -26,7 +26,7 @@ from mailstore.sieve.actions import Discard, Redirect, Reject, Store, Vacation
 from mailstore.sieve.vacation import build_reply
 
 SIEVE_TEST = "/usr/bin/sieve-test"
-EXTENSIONS = "+vacation-seconds +editheader"
+EXTENSIONS = "+vacation-seconds +editheader +mboxmetadata +servermetadata"
 USER_ADDRESSES = ["user@example.com"]
 
 
@@ -54,6 +54,7 @@ class PigeonholeRunner:
             f"first_valid_gid = 0\n"
             f"mail_location = maildir:{run_dir}/mail:LAYOUT=fs\n"
             f"mail_home = {run_dir}/home\n"
+            f"mail_attribute_dict = file:{run_dir}/home/attributes\n"
             "namespace inbox {\n  inbox = yes\n  separator = /\n}\n"
             f"plugin {{\n  sieve_extensions = {EXTENSIONS}\n"
             f"  sieve = file:{run_dir}/sieve;active={run_dir}/active.sieve\n}}\n")

@@ -273,3 +273,27 @@ def test_interpreter_bug_delivers_as_without_a_script(store, server, monkeypatch
     _, answers = lmtp(server, ["alice@example.com"], msg())
     assert [code for code, _ in answers] == [250]
     assert len(messages(store, "alice", "INBOX")) == 1
+
+
+def test_mboxmetadata_and_servermetadata_read_the_users_annotations(store, server):
+    """RFC 5490 3.2-3.5: metadata/metadataexists read a mailbox's annotations as the user
+    sees them (RFC 5464: /private their own, /shared the mailbox's), servermetadata the
+    server's; a missing entry has no value."""
+    from mailstore.metadata import DEFAULT_POLICY
+
+    store.create_mailbox("alice", "Projects")
+    store.annotations.set("alice", "Projects", [("/private/comment", b"route-here")],
+                          DEFAULT_POLICY)
+    store.annotations.set("alice", None, [("/private/vendor/test/mode", b"away")],
+                          DEFAULT_POLICY)
+    activate(store, "alice", 'require ["mboxmetadata", "servermetadata", "fileinto", '
+             '"variables"];\n'
+             'if allof (metadata :is "Projects" "/private/comment" "route-here",\n'
+             '          metadataexists "Projects" "/private/comment",\n'
+             '          not metadataexists "Projects" "/shared/comment",\n'
+             '          servermetadata :matches "/private/vendor/test/mode" "a*",\n'
+             '          not servermetadataexists "/shared/nothing") {\n'
+             '  fileinto "Projects";\n}\n')
+    _, answers = lmtp(server, ["alice@example.com"], msg())
+    assert [code for code, _ in answers] == [250]
+    assert len(messages(store, "alice", "Projects")) == 1

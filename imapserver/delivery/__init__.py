@@ -16,6 +16,7 @@ import asyncio
 import socket
 import ssl
 
+from mailstore.metadata import Policy
 from mailstore.sieve.actions import Limits
 from mailstore.sieve.executor import SieveSettings
 
@@ -133,7 +134,8 @@ def sieve_settings(cfg) -> SieveSettings:
                     duplicate_default_seconds=min(sieve["duplicate_max_seconds"],
                                                   Limits().duplicate_default_seconds))
     return SieveSettings(limits=limits, hostname=delivery["hostname"],
-                         domains=tuple(delivery["domains"]), enabled=sieve["enabled"])
+                         domains=tuple(delivery["domains"]), enabled=sieve["enabled"],
+                         metadata_policy=Policy(admin=cfg["imap"]["metadata_admin"]))
 
 
 def check_tls(cfg) -> ssl.SSLContext | None:

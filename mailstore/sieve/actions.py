@@ -55,7 +55,8 @@ class Environment:
     ``mailbox_exists(name)`` answers the mailbox test; ``duplicate_seen(key)`` and
     ``vacation_replied(key)`` ask the tracking store (RFC 7352, RFC 5230 4.2) without
     recording anything -- records are made only once the delivery has succeeded;
-    ``get_script(location, name)`` returns an included script's text (RFC 6609).
+    ``get_script(location, name)`` returns an included script's text (RFC 6609);
+    ``metadata(mailbox, entry)`` an annotation (RFC 5490).
     """
 
     user: str = ""
@@ -69,6 +70,9 @@ class Environment:
     duplicate_seen: Callable[[str], bool] = _never
     vacation_replied: Callable[[str], bool] = _never
     get_script: Callable[[str, str], str | None] = _no_script
+    metadata: Callable[[str | None, str], str | None] = _no_script
+    """``metadata(mailbox or None for the server, entry name)``: the annotation's value as
+    the user reads it (RFC 5464 via RFC 5490 3.2-3.5), None when it has none."""
     limits: Limits = field(default_factory=Limits)
 
 

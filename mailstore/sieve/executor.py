@@ -15,6 +15,7 @@ import re
 from dataclasses import dataclass, field
 
 from ..errors import AlreadyExists, InvalidName, MailStoreError, NotFound
+from ..metadata import DEFAULT_POLICY, InvalidEntry, Policy, entry_name
 from ..outbox import check_address
 from . import tracking
 from .actions import Discard, Envelope, Environment, Limits, Redirect, Reject, Store, Vacation
@@ -32,6 +33,8 @@ class SieveSettings:
     hostname: str = "localhost"
     domains: tuple[str, ...] = ("localhost",)
     enabled: bool = True
+    metadata_policy: Policy = DEFAULT_POLICY
+    """``[imap] metadata_*``: what /shared/admin reads as (RFC 5464 6.2.2)."""
 
 
 @dataclass
@@ -94,6 +97,8 @@ def plan(store, address: str, user: str, mailbox: str, source: bytes, mail_from:
         vacation_replied=lambda key: track.seen(user, tracking.VACATION, key),
         get_script=lambda location, n: (store.sieve_scripts.get(user, n)
                                         if location == "personal" else None),
+        metadata=lambda mailbox, entry: _annotation(store, user, mailbox, entry,
+                                                    settings.metadata_policy),
         limits=settings.limits)
     result = run(text, parsed or source, Envelope(mail_from, address), env)
     out = Plan(address, user, [], script=name, error=result.error, notes=list(result.notes))
@@ -125,6 +130,18 @@ def plan(store, address: str, user: str, mailbox: str, source: bytes, mail_from:
     out.targets = list(merged.items())
     out.content = content
     return out
+
+
+def _annotation(store, user: str, mailbox: str | None, entry: str,
+                policy: Policy) -> str | None:
+    """An annotation's value as ``user`` reads it with GETMETADATA (RFC 5464 4.2); None if
+    it has none, or if the mailbox or the entry name is not valid (RFC 5490 3.2)."""
+    try:
+        _, found = store.annotations.get(user, mailbox, [entry_name(entry)], 0, policy)
+    except (NotFound, InvalidName, InvalidEntry):
+        return None
+    value = dict(found).get(entry.lower())
+    return None if value is None else value.decode("utf-8", "replace")
 
 
 def _exists(store, user: str, name: str) -> bool:

@@ -145,6 +145,34 @@ class MailboxexistsCommand(sc.TestCommand):
     args_definition = [_req("mailbox-names", *STRINGS)]
 
 
+class MetadataCommand(sc.TestCommand):
+    """RFC 5490 3.3: metadata [MATCH-TYPE] [COMPARATOR] <mailbox: string>
+    <annotation-name: string> <key-list: string-list>."""
+    extension = "mboxmetadata"
+    args_definition = [COMPARATOR, MATCH_TYPE, _req("mailbox", "string"),
+                       _req("annotation-name", "string"), _req("key-list", *STRINGS)]
+
+
+class MetadataexistsCommand(sc.TestCommand):
+    """RFC 5490 3.2: metadataexists <mailbox: string> <annotation-names: string-list>."""
+    extension = "mboxmetadata"
+    args_definition = [_req("mailbox", "string"), _req("annotation-names", *STRINGS)]
+
+
+class ServermetadataCommand(sc.TestCommand):
+    """RFC 5490 3.5: servermetadata [MATCH-TYPE] [COMPARATOR] <annotation-name: string>
+    <key-list: string-list>."""
+    extension = "servermetadata"
+    args_definition = [COMPARATOR, MATCH_TYPE, _req("annotation-name", "string"),
+                       _req("key-list", *STRINGS)]
+
+
+class ServermetadataexistsCommand(sc.TestCommand):
+    """RFC 5490 3.4: servermetadataexists <annotation-names: string-list>."""
+    extension = "servermetadata"
+    args_definition = [_req("annotation-names", *STRINGS)]
+
+
 class DuplicateCommand(sc.TestCommand):
     """RFC 7352 3: duplicate [:handle] [:header / :uniqueid] [:seconds] [:last]."""
     extension = "duplicate"
@@ -259,6 +287,8 @@ class DeleteheaderCommand(_OptionalFirst, sc.ActionCommand):
 
 sc.add_commands([AddressCommand, EnvelopeCommand, HeaderCommand, StringCommand, BodyCommand,
                  DateCommand, CurrentdateCommand, HasflagCommand, MailboxexistsCommand,
+                 MetadataCommand, MetadataexistsCommand, ServermetadataCommand,
+                 ServermetadataexistsCommand,
                  DuplicateCommand, FileintoCommand, KeepCommand, RedirectCommand,
                  RejectCommand, ErejectCommand, SetflagCommand, AddflagCommand,
                  RemoveflagCommand, VacationCommand, IncludeCommand, ReturnCommand,

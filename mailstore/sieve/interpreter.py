@@ -33,7 +33,8 @@ SUPPORTED = frozenset({
     "fileinto", "reject", "ereject", "envelope", "imap4flags", "copy", "body", "variables",
     "relational", "comparator-i;octet", "comparator-i;ascii-casemap",
     "comparator-i;ascii-numeric", "subaddress", "date", "index", "vacation",
-    "vacation-seconds", "include", "mailbox", "duplicate", "editheader", "encoded-character",
+    "vacation-seconds", "include", "mailbox", "mboxmetadata", "servermetadata", "duplicate",
+    "editheader", "encoded-character",
 })
 """Capabilities a script may require (also what ManageSieve announces as SIEVE)."""
 
@@ -339,6 +340,30 @@ class _Interpreter:
 
     def test_mailboxexists(self, node: Node) -> bool:
         return all(self.env.mailbox_exists(name) for name in _as_list(self.s(node.args[0])))
+
+    # mboxmetadata / servermetadata (RFC 5490 3.2-3.5)
+
+    def _annotation(self, mailbox: str | None, name: str) -> str | None:
+        if not name.startswith(("/private/", "/shared/")):
+            return None  # not an entry name: no value (RFC 5464 3.2)
+        return self.env.metadata(mailbox, name)
+
+    def test_metadata(self, node: Node) -> bool:
+        value = self._annotation(self.s(node.args[0]), self.s(node.args[1]))
+        return self.compare(node, [] if value is None else [value], node.args[2])
+
+    def test_metadataexists(self, node: Node) -> bool:
+        mailbox = self.s(node.args[0])
+        return all(self._annotation(mailbox, name) is not None
+                   for name in _as_list(self.s(node.args[1])))
+
+    def test_servermetadata(self, node: Node) -> bool:
+        value = self._annotation(None, self.s(node.args[0]))
+        return self.compare(node, [] if value is None else [value], node.args[1])
+
+    def test_servermetadataexists(self, node: Node) -> bool:
+        return all(self._annotation(None, name) is not None
+                   for name in _as_list(self.s(node.args[0])))
 
     def test_date(self, node: Node) -> bool:
         header, part = self.s(node.args[0]), self.s(node.args[1])

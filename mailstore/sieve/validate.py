@@ -18,12 +18,12 @@ from .match import COMPARATORS, RELATIONS
 EXTENSIONS: tuple[str, ...] = (
     "fileinto", "reject", "ereject", "envelope", "imap4flags", "copy", "body", "variables",
     "relational", "comparator-i;ascii-numeric", "subaddress", "date", "index", "vacation",
-    "vacation-seconds", "include", "mailbox", "duplicate", "editheader", "encoded-character",
+    "vacation-seconds", "include", "mailbox", "mboxmetadata", "servermetadata", "duplicate",
+    "editheader", "encoded-character",
 )
 """The capabilities ManageSieve announces as ``SIEVE`` (RFC 5804 1.7), in this order: what
 :data:`~mailstore.sieve.interpreter.SUPPORTED` runs, without the two comparators every
-implementation has (RFC 5228 2.7.3).  ``mboxmetadata`` is not offered: the METADATA store is
-not merged into this branch (docs/sieve.md)."""
+implementation has (RFC 5228 2.7.3)."""
 
 
 def validate(text: str | bytes) -> list[str]:
