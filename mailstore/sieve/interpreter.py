@@ -27,7 +27,7 @@ from .actions import (
 )
 from .grammar import Node, Script, SieveSyntaxError, parse
 from .match import COMPARATORS, RELATIONS, MatchError, casemap, match
-from .message import ADDRESS_HEADERS, SieveMessage, addresses, decode_value
+from .message import SieveMessage, addresses, decode_value, is_address_header
 
 SUPPORTED = frozenset({
     "fileinto", "reject", "ereject", "envelope", "imap4flags", "copy", "body", "variables",
@@ -281,10 +281,13 @@ class _Interpreter:
         names = _as_list(self.s(node.args[0]))
         values = []
         for name in names:
-            if name.lower() not in ADDRESS_HEADERS:
+            if not is_address_header(name):
                 raise SieveRuntimeError(f"address test on non-address header {name}")
             for field in self.indexed(node, self.message.headers(name)):
-                for address in addresses(field):
+                # A field without any mailbox in it (an empty group, garbage) is tested as
+                # the text it holds, as Pigeonhole does (RFC 5228 2.7.4 leaves it open).
+                found = addresses(field) or ([field.strip()] if field.strip() else [])
+                for address in found:
                     part = self.address_part(node, address)
                     if part is not None:
                         values.append(part)

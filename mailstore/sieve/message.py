@@ -60,8 +60,15 @@ def decode_value(raw: bytes) -> str:
 
 
 ADDRESS_HEADERS = {"from", "to", "cc", "bcc", "sender", "resent-from", "resent-to",
-                   "resent-cc", "resent-bcc", "resent-sender", "reply-to", "delivered-to",
-                   "return-path", "disposition-notification-to", "errors-to", "x-original-to"}
+                   "resent-cc", "resent-bcc", "resent-sender", "reply-to", "resent-reply-to",
+                   "delivered-to", "errors-to"}
+
+
+def is_address_header(name: str) -> bool:
+    """Whether the address test may name ``name`` (RFC 5228 5.1: fields whose syntax is an
+    address list; as Pigeonhole, also any X- field, which may hold one)."""
+    low = name.lower()
+    return low in ADDRESS_HEADERS or low.startswith("x-")
 
 
 @functools.lru_cache(maxsize=1024)

@@ -14,6 +14,7 @@ import re
 from .grammar import Node, SieveSyntaxError, parse
 from .interpreter import SUPPORTED
 from .match import COMPARATORS, RELATIONS
+from .message import is_address_header
 
 EXTENSIONS: tuple[str, ...] = (
     "fileinto", "reject", "ereject", "envelope", "imap4flags", "copy", "body", "variables",
@@ -78,6 +79,11 @@ def _check(node: Node, required: set[str], text: str) -> list[str]:
             r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)?", node.args[0]):
         errors.append((f'"{node.args[0]}"',
                        f"invalid variable name {node.args[0]!r} (RFC 5229 4)"))
+    if node.name == "address" and node.args:
+        for name in node.args[0] if isinstance(node.args[0], list) else [node.args[0]]:
+            if "${" not in name and not is_address_header(name):
+                errors.append((f'"{name}"', f"header {name!r} is not an address header "
+                                            "(RFC 5228 5.1)"))
     if node.name in ("fileinto", "redirect") and node.args and node.args[0] == "":
         errors.append((node.name, f"{node.name} with an empty argument"))
     return [f"line {_line_of(text, needle)}: {message}" for needle, message in errors]
