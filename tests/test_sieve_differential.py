@@ -9,6 +9,9 @@ with ``vacation`` also run with ``sieve-test -e``, where Pigeonhole decides whet
 goes out; the decision and the reply's To, From, Subject, In-Reply-To, References and
 Auto-Submitted must be equal.
 
+Scripts in tests/sieve_corpus/invalid must be refused by both, on the same line (two on a
+neighbouring line, listed in LINE_DIFFERS).
+
 Deliberate differences (documented in docs/sieve.md), so not in the corpus:
 
 * ``ereject`` (RFC 5429): Pigeonhole 0.5.19 does not implement it; unit tests cover it.
@@ -27,7 +30,7 @@ from pathlib import Path
 
 import pytest
 
-from mailstore.sieve import SUPPORTED
+from mailstore.sieve import SUPPORTED, validate
 from tests import sievediff
 
 CORPUS = Path(__file__).parent / "sieve_corpus"
@@ -79,3 +82,27 @@ def test_script_matches_pigeonhole(pigeonhole, script):
             if sent != mine:
                 differences.append((message.name, "vacation", sent, mine, result.notes))
     assert differences == []
+
+
+INVALID = sorted((CORPUS / "invalid").glob("*.sieve"))
+# sievelib names the line of the token it could not take, Pigeonhole the line of the command
+# it was reading (a missing ";" before the next line's command) or the end of the script
+# (an unterminated string): the same error, on a neighbouring line.
+LINE_DIFFERS = {"missing_semicolon": (2, 3), "unterminated_string": (3, 2)}
+
+
+@pytest.mark.parametrize("script", INVALID, ids=[p.stem for p in INVALID])
+def test_invalid_script_is_refused_on_the_same_line(pigeonhole, script):
+    """RFC 5228 8 grammar, 3.2 require, 2.7.3 comparators, RFC 5231 relations, 5.1 address
+    headers: a script Pigeonhole refuses to compile is refused by validate() (what
+    ManageSieve's PUTSCRIPT runs, RFC 5804 2.6), with the error on the same line."""
+    import re
+
+    text = script.read_text()
+    out = pigeonhole.run(text, MESSAGES[0].read_bytes(), ("a@example.org", "u@example.com"))
+    assert "failed to compile sieve script" in out, out
+    theirs = min(int(n) for n in re.findall(r"script: line (\d+): error", out))
+    errors = validate(text)
+    assert errors, text
+    ours = int(re.match(r"line (\d+): ", errors[0]).group(1))
+    assert (theirs, ours) == LINE_DIFFERS.get(script.stem, (theirs, theirs)), errors
