@@ -297,3 +297,19 @@ def test_mboxmetadata_and_servermetadata_read_the_users_annotations(store, serve
     _, answers = lmtp(server, ["alice@example.com"], msg())
     assert [code for code, _ in answers] == [250]
     assert len(messages(store, "alice", "Projects")) == 1
+
+
+def test_smtp_failure_of_one_recipient_sends_no_redirect(store, server):
+    """RFC 5321 4.1.1.4: SMTP's one reply covers every recipient, so when one cannot take
+    the message none keeps it -- and the script of another sends nothing either, or the
+    sender's retry would redirect it twice."""
+    store.users.set_quota("bob", 10, None)
+    activate(store, "alice", 'require "copy";\nredirect :copy "elsewhere@example.net";')
+    # bob's copy is edited, so stored after alice's (its own content): his failure comes
+    # once alice's copy is in.
+    activate(store, "bob", 'require "editheader";\naddheader "X-Bob" "1";')
+    with smtplib.SMTP("127.0.0.1", server.ports["smtp"], timeout=10) as client:
+        with pytest.raises(smtplib.SMTPException):
+            client.sendmail(SENDER, ["alice@example.com", "bob@example.com"], msg())
+    assert outgoing(store) == []
+    assert messages(store, "alice", "INBOX") == []

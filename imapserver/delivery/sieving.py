@@ -115,7 +115,10 @@ def deliver_with_sieve(store: MailStore, plans: list[Plan], source: bytes, marke
     except BaseException:
         _withdraw_quietly(store, done, marker)
         raise
-    failed_any = False
+    # First what was stored; the outgoing mail only once that is known to stand: in SMTP a
+    # failure of any recipient takes every copy back, and the sender's retry would send
+    # the redirects a second time.
+    errors: dict[int, BaseException] = {}
     for i, p in enumerate(plans):
         if results[i] is not None:
             continue
@@ -123,24 +126,28 @@ def deliver_with_sieve(store: MailStore, plans: list[Plan], source: bytes, marke
         error = next((r.error for r in mine if r.error is not None), None)
         if error is None and len(mine) < len(p.targets):
             error = _conflict()  # its group was not reached: another recipient failed
-        if error is None:
+        if error is not None:
+            errors[i] = error
+    if not (all_or_nothing and errors):
+        for i, p in enumerate(plans):
+            if results[i] is not None or i in errors:
+                continue
             try:
                 finish(store, p)
             except Exception as exc:  # the queue failed: take the copies back, retry later
-                error = exc
+                errors[i] = exc
                 if not isinstance(exc, MailStoreError):
                     log.failure("sieve_enqueue_failed", user=p.user)
-        if error is not None:
+    for i, p in enumerate(plans):
+        if results[i] is not None:
+            continue
+        mine = copies.get(i, [])
+        if i in errors or (all_or_nothing and errors):
             _withdraw_quietly(store, [r for r in mine if r.error is None], marker)
+            error = errors.get(i) or _conflict()
             results[i] = Delivery(p.user, p.targets[0][0] if p.targets else "", None, error)
-            failed_any = True
         else:
             results[i] = mine[0] if mine else Delivery(p.user, "", None)
-    if all_or_nothing and failed_any:
-        for i, result in enumerate(results):
-            if result.error is None:
-                _withdraw_quietly(store, copies.get(i, []), marker)
-                results[i] = Delivery(result.user, result.mailbox, None, _conflict())
     return results
 
 
