@@ -313,3 +313,13 @@ def test_smtp_failure_of_one_recipient_sends_no_redirect(store, server):
             client.sendmail(SENDER, ["alice@example.com", "bob@example.com"], msg())
     assert outgoing(store) == []
     assert messages(store, "alice", "INBOX") == []
+
+
+def test_same_recipient_twice_runs_the_script_once(store, server):
+    """RFC 5321 3.3 lets a client give the same RCPT twice; the message is delivered once
+    (as without Sieve) and its script's mail is sent once."""
+    activate(store, "alice", 'require "copy";\nredirect :copy "elsewhere@example.net";')
+    _, answers = lmtp(server, ["alice@example.com", "alice@example.com"], msg())
+    assert [code for code, _ in answers] == [250, 250]
+    assert len(messages(store, "alice", "INBOX")) == 1
+    assert len(outgoing(store)) == 1

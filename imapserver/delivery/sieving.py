@@ -42,7 +42,11 @@ def make_plans(store: MailStore, recipients: Sequence[tuple[str, str, str]], sou
     fields."""
     plans = []
     parsed = SieveMessage(source)  # decoded once for every recipient's script
+    done: dict[tuple[str, str, str], Plan] = {}
     for address, user, mailbox in recipients:
+        if (address, user, mailbox) in done:  # the same RCPT twice: one run, one result
+            plans.append(done[address, user, mailbox])
+            continue
         try:
             p = plan(store, address, user, mailbox, source, mail_from, settings, received_at,
                      parsed)
@@ -60,6 +64,7 @@ def make_plans(store: MailStore, recipients: Sequence[tuple[str, str, str]], sou
         for note in p.notes:
             log.info("sieve_note", user=user, script=p.script or "", note=note)
         plans.append(p)
+        done[address, user, mailbox] = p
     if not lmtp and len(recipients) > 1:
         for p in plans:
             if p.reject is not None:
@@ -129,9 +134,11 @@ def deliver_with_sieve(store: MailStore, plans: list[Plan], source: bytes, marke
         if error is not None:
             errors[i] = error
     if not (all_or_nothing and errors):
+        finished: set[int] = set()
         for i, p in enumerate(plans):
-            if results[i] is not None or i in errors:
+            if results[i] is not None or i in errors or id(p) in finished:
                 continue
+            finished.add(id(p))  # a plan shared by a repeated RCPT sends its mail once
             try:
                 finish(store, p)
             except Exception as exc:  # the queue failed: take the copies back, retry later
