@@ -156,6 +156,7 @@ SCHEMA: dict[str, dict[str, Key]] = {
         "vacation_max_days": Key(_int_range(1, 3650), 60),
         "vacation_default_days": Key(_int_range(1, 3650), 7),
         "duplicate_max_seconds": Key(_int_range(1, 365 * 86400), 7 * 86400),
+        "global_scripts_user": Key(str, ""),
     },
     "log": {
         "format": Key(_choice("text", "json"), "text"),

@@ -323,3 +323,24 @@ def test_same_recipient_twice_runs_the_script_once(store, server):
     assert [code for code, _ in answers] == [250, 250]
     assert len(messages(store, "alice", "INBOX")) == 1
     assert len(outgoing(store)) == 1
+
+
+def test_include_global_reads_the_configured_account(tmp_path):
+    """RFC 6609 3.2: include :global runs a script shared by every user, here the scripts
+    of [sieve] global_scripts_user."""
+    from mailstore import config as configmod
+    from tests.deliveryserver import config
+
+    store = open_store(EmbeddedBackend(str(tmp_path / "store")))
+    store.create_user("sieve-global", None)
+    store.sieve_scripts.put("sieve-global", "spam", 'require ["fileinto", "mailbox"];\n'
+                            'if header :contains "subject" "viagra" '
+                            '{ fileinto :create "Junk-Global"; stop; }')
+    activate(store, "alice", 'require "include";\ninclude :global "spam";')
+    cfg = config()
+    cfg.values["sieve"]["global_scripts_user"] = "sieve-global"
+    assert isinstance(cfg, configmod.Config)
+    with InProcess(store, cfg) as server:
+        lmtp(server, ["alice@example.com"], msg("cheap viagra"))
+    assert len(messages(store, "alice", "Junk-Global")) == 1
+    store.close()

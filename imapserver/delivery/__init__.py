@@ -135,6 +135,7 @@ def sieve_settings(cfg) -> SieveSettings:
                                                   Limits().duplicate_default_seconds))
     return SieveSettings(limits=limits, hostname=delivery["hostname"],
                          domains=tuple(delivery["domains"]), enabled=sieve["enabled"],
+                         global_scripts_user=sieve["global_scripts_user"],
                          metadata_policy=Policy(admin=cfg["imap"]["metadata_admin"]))
 
 

@@ -33,6 +33,8 @@ class SieveSettings:
     hostname: str = "localhost"
     domains: tuple[str, ...] = ("localhost",)
     enabled: bool = True
+    global_scripts_user: str = ""
+    """Whose scripts ``include :global`` reads (RFC 6609); empty: none."""
     metadata_policy: Policy = DEFAULT_POLICY
     """``[imap] metadata_*``: what /shared/admin reads as (RFC 5464 6.2.2)."""
 
@@ -95,8 +97,7 @@ def plan(store, address: str, user: str, mailbox: str, source: bytes, mail_from:
         mailbox_exists=lambda n: _exists(store, user, n),
         duplicate_seen=lambda key: track.seen(user, tracking.DUPLICATE, key),
         vacation_replied=lambda key: track.seen(user, tracking.VACATION, key),
-        get_script=lambda location, n: (store.sieve_scripts.get(user, n)
-                                        if location == "personal" else None),
+        get_script=lambda location, n: _included(store, user, location, n, settings),
         metadata=lambda mailbox, entry: _annotation(store, user, mailbox, entry,
                                                     settings.metadata_policy),
         limits=settings.limits)
@@ -130,6 +131,19 @@ def plan(store, address: str, user: str, mailbox: str, source: bytes, mail_from:
     out.targets = list(merged.items())
     out.content = content
     return out
+
+
+def _included(store, user: str, location: str, name: str, settings: SieveSettings
+              ) -> str | None:
+    """An include's script (RFC 6609 3.2): :personal from the user's own scripts, :global
+    from those of ``[sieve] global_scripts_user`` (none if unset)."""
+    owner = user if location == "personal" else settings.global_scripts_user
+    if not owner:
+        return None
+    try:
+        return store.sieve_scripts.get(owner, name)
+    except (NotFound, InvalidName):
+        return None
 
 
 def _annotation(store, user: str, mailbox: str | None, entry: str,
