@@ -148,6 +148,18 @@ SCHEMA: dict[str, dict[str, Key]] = {
         "max_line_length": Key(_int_range(512, 1024 * 1024), 8192),
         "idle_timeout": Key(int, 1800),
     },
+    "sieve": {
+        "enabled": Key(_bool, True),
+        "max_actions": Key(_int_range(1, 1000), 32),
+        "max_redirects": Key(_int_range(0, 100), 4),
+        "max_steps": Key(_int_range(100, 100_000_000), 100_000),
+        "max_include_depth": Key(_int_range(1, 100), 10),
+        "vacation_min_days": Key(_int_range(0, 365), 1),
+        "vacation_max_days": Key(_int_range(1, 3650), 60),
+        "vacation_default_days": Key(_int_range(1, 3650), 7),
+        "duplicate_max_seconds": Key(_int_range(1, 365 * 86400), 7 * 86400),
+        "global_scripts_user": Key(str, ""),
+    },
     "log": {
         "format": Key(_choice("text", "json"), "text"),
         "file": Key(str, "-"),

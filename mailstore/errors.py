@@ -89,3 +89,12 @@ class InvalidAddress(MailStoreError):
     """An envelope address the outgoing queue refuses: empty where one is needed, or holding
     characters that could end an SMTP command line or inject another (CR, LF, NUL, ``<``,
     ``>``; RFC 5321 4.1.2)."""
+
+
+class Rejected(MailStoreError):
+    """The recipient's own filter refused the message (Sieve reject/ereject, RFC 5429);
+    ``reason`` is the text the script gave, for the sender."""
+
+    def __init__(self, reason: str):
+        super().__init__(f"rejected by the recipient's Sieve script: {reason}")
+        self.reason = reason

@@ -264,6 +264,22 @@ OUTBOX = TableDef(
     # the memstore before a flush, and a MOB file would keep its chunks until MOB compaction.
 )
 
+SIEVE_TRACKING = TableDef(
+    name="JAMES_SIEVE_TRACKING",
+    purpose="What Sieve at delivery remembers between messages: vacation responses sent "
+            "(RFC 5230 4.2, one per sender and :handle per period) and duplicate ids seen "
+            "(RFC 7352), each with its expiry (docs/decisions/0025-sieve-execution.md).",
+    row_key="user name UTF-8 (lower case), 0x00, kind (v: vacation, d: duplicate), 0x00, "
+            "16 bytes of SHA-256 of the tracked key (user, sender and handle; or handle "
+            "and id)",
+    families={
+        "t": "t:x = expiry, 8-byte big-endian seconds since the epoch; a row past it counts "
+             "as absent and is overwritten by the next record or removed by a sweep",
+    },
+    access="delivery: one get per vacation or duplicate test; one put per record, after the "
+           "message is stored; a prefix scan per user to sweep expired rows",
+)
+
 METADATA = TableDef(
     name="JAMES_METADATA",
     purpose="Annotations (RFC 5464 METADATA, METADATA-SERVER): a mailbox's shared entries, "
@@ -329,7 +345,7 @@ ACL_INDEX = TableDef(
 
 TABLES: tuple[TableDef, ...] = (MAILBOXES, MAILBOX_INDEX, MESSAGES, CONTENT, SUBSCRIPTIONS,
                                 USERS, INTENTS, IMPORTS, CHANGES, OUTBOX, METADATA,
-                                URLAUTH_KEYS, SIEVE_SCRIPTS, ACL_INDEX)
+                                URLAUTH_KEYS, SIEVE_SCRIPTS, ACL_INDEX, SIEVE_TRACKING)
 
 
 SPLIT_ALGORITHMS = {"uniform": "UniformSplit", "hex": "HexStringSplit"}

@@ -126,6 +126,15 @@ class MailStore:
         self.grants = Grants(backend)
         self._sieve_scripts = SieveScripts(backend, limits=sieve_limits, clock=clock,
                                            user_exists=self.users.get)
+        self.metadata = Metadata(backend)
+        self.annotations = Annotations(self.metadata, self.mailboxes)
+        self._chunk_size = chunk_size
+
+    @functools.cached_property
+    def sieve_tracking(self):
+        """Vacation replies sent and duplicate ids seen by Sieve (mailstore/sieve/tracking.py)."""
+        from .sieve.tracking import SieveTracking  # sieve imports sievelib: only when used
+        return SieveTracking(self.backend, self.clock)
 
     def _bump(self, user: str, column: bytes) -> None:
         """Announce a change of ``user``'s mailbox list, subscriptions or annotations (what
@@ -232,6 +241,7 @@ class MailStore:
         self.metadata.drop_user(user)
         self.urlauth.reset_all(user)
         self.sieve_scripts.delete_all(user)
+        self.sieve_tracking.delete_all(user)
         self.users.delete_row(user)
 
     # -- mailboxes ------------------------------------------------------------------------------
@@ -468,23 +478,28 @@ class MailStore:
         return uid
 
     @durable
-    def deliver(self, recipients: Sequence[tuple[str, str]], source) -> list[Delivery]:
+    def deliver(self, recipients: Sequence[tuple[str, str]], source,
+                flags: Sequence[Iterable[str]] | None = None) -> list[Delivery]:
         """Deliver one message to several (user, mailbox) pairs, storing its content once.
 
         Each recipient gets their own row, flags and UID; a recipient that fails (no such
         mailbox, over quota) is reported in its Delivery and gives its reference back.
+        ``flags``, if given, holds the flags of each recipient's row, in the same order
+        (Sieve's imap4flags, RFC 5232).
         """
         with self.unit_of_work(known_size(source)):
-            return self._deliver(recipients, source)
+            return self._deliver(recipients, source, flags)
 
-    def _deliver(self, recipients: Sequence[tuple[str, str]], source) -> list[Delivery]:
+    def _deliver(self, recipients: Sequence[tuple[str, str]], source,
+                 flags: Sequence[Iterable[str]] | None = None) -> list[Delivery]:
         stored = self.ingest(source, refs=len(recipients))
         results = []
-        for user, name in recipients:
+        for i, (user, name) in enumerate(recipients):
             try:
                 self.check_quota(user, stored.size, 1)
                 mailbox = self.mailboxes.get(user, name)
-                results.append(Delivery(user, mailbox.name, self.add_stored(mailbox, stored)))
+                uid = self.add_stored(mailbox, stored, flags[i] if flags else ())
+                results.append(Delivery(user, mailbox.name, uid))
             except (NotFound, OverQuota, InvalidName) as exc:
                 self.content.decref(stored.content_id)
                 results.append(Delivery(user, name, None, exc))

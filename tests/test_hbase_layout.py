@@ -21,6 +21,7 @@ from mailstore.schema import (
     MAILBOX_INDEX,
     OUTBOX,
     SIEVE_SCRIPTS,
+    SIEVE_TRACKING,
     SUBSCRIPTIONS,
     TABLES,
     URLAUTH_KEYS,
@@ -111,12 +112,12 @@ def test_uuid_tables_are_pre_split_and_user_tables_are_not():
     one region (their names do not spread: decision 0015 has the salting plan), and so does
     the outgoing queue (time-ordered keys of a short queue: decision 0024)."""
     created = check_shell_script(ddl(layout=Layout(regions=48)))
-    assert {t.name for t in (MAILBOX_INDEX, USERS, SUBSCRIPTIONS, SIEVE_SCRIPTS)} <= \
+    assert {t.name for t in (MAILBOX_INDEX, USERS, SUBSCRIPTIONS, SIEVE_SCRIPTS, OUTBOX)} <= \
         {t.name for t in TABLES if t.split is None}
     for table in TABLES:
         split = [h for h in created[table.name] if "NAME" not in h]
         if table in (MAILBOX_INDEX, USERS, SUBSCRIPTIONS, OUTBOX, URLAUTH_KEYS, SIEVE_SCRIPTS,
-                     ACL_INDEX):
+                     ACL_INDEX, SIEVE_TRACKING):
             assert split == [], table.name
         else:
             assert split == [{"NUMREGIONS": "48", "SPLITALGO": "'UniformSplit'"}], table.name

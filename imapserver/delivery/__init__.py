@@ -16,6 +16,10 @@ import asyncio
 import socket
 import ssl
 
+from mailstore.metadata import Policy
+from mailstore.sieve.actions import Limits
+from mailstore.sieve.executor import SieveSettings
+
 from .. import observe
 from ..services import INHERITED, inherited, listen_port
 from . import relay
@@ -63,7 +67,8 @@ def start(store, cfg, reactor, loop: asyncio.AbstractEventLoop, announce) -> lis
     section = cfg["delivery"]
     settings = Settings(hostname=section["hostname"], domains=list(section["domains"]),
                         plus_addressing=section["plus_addressing"],
-                        over_quota_code=section["over_quota_code"])
+                        over_quota_code=section["over_quota_code"],
+                        sieve=sieve_settings(cfg))
     limit = cfg["store"]["max_message_size"]
     # Loaded before any socket is bound: a missing or broken certificate stops start-up.
     context = check_tls(cfg)
@@ -114,6 +119,24 @@ def start(store, cfg, reactor, loop: asyncio.AbstractEventLoop, announce) -> lis
     listeners.append(relay.start(store, relay_settings, settings.hostname, loop,
                                  scans=observe.WORKER in (None, 1)))
     return listeners
+
+
+def sieve_settings(cfg) -> SieveSettings:
+    """The ``[sieve]`` section as the delivery side uses it (docs/sieve.md)."""
+    sieve, delivery = cfg["sieve"], cfg["delivery"]
+    limits = Limits(max_actions=sieve["max_actions"], max_redirects=sieve["max_redirects"],
+                    max_steps=sieve["max_steps"],
+                    max_include_depth=sieve["max_include_depth"],
+                    vacation_min_days=sieve["vacation_min_days"],
+                    vacation_max_days=sieve["vacation_max_days"],
+                    vacation_default_days=sieve["vacation_default_days"],
+                    duplicate_max_seconds=sieve["duplicate_max_seconds"],
+                    duplicate_default_seconds=min(sieve["duplicate_max_seconds"],
+                                                  Limits().duplicate_default_seconds))
+    return SieveSettings(limits=limits, hostname=delivery["hostname"],
+                         domains=tuple(delivery["domains"]), enabled=sieve["enabled"],
+                         global_scripts_user=sieve["global_scripts_user"],
+                         metadata_policy=Policy(admin=cfg["imap"]["metadata_admin"]))
 
 
 def check_tls(cfg) -> ssl.SSLContext | None:

@@ -10,15 +10,17 @@ message (and synced it) for that recipient.
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from mailstore.errors import Conflict, InvalidName, MailStoreError, NotFound
+from mailstore.sieve.executor import SieveSettings
 from mailstore.store import Delivery, MailStore
 
 from ..observe import Logger, timed_store_call
 from . import replies, trace
 from .addresses import BadAddress, ForeignDomain, parse_recipient
 from .journal import failure_reason, log_transaction, reply_code, transaction
+from .sieving import deliver_with_sieve, make_plans
 from .transaction import deliver_message
 
 MAX_RECIPIENTS = 1000
@@ -33,6 +35,7 @@ class Settings:
     domains: list[str]
     plus_addressing: bool
     over_quota_code: str
+    sieve: SieveSettings = field(default_factory=SieveSettings)
 
 
 class DeliveryHandler:
@@ -146,9 +149,9 @@ class DeliveryHandler:
             delivery=delivery, tls=trace.tls_comment(session.ssl))
         source = header + trace.crlf(envelope.original_content)
         try:
-            results = await asyncio.to_thread(timed_store_call, "deliver", deliver_message,
-                                              self.store, targets, source,
-                                              delivery.encode(), not self.lmtp)
+            results = await asyncio.to_thread(timed_store_call, "deliver", self._store,
+                                              envelope, targets, source, delivery.encode(),
+                                              len(header))
         except Exception as exc:  # the store failed as a whole: every recipient retries
             if not isinstance(exc, MailStoreError):  # a bug: keep its traceback
                 self.log.failure("deliver_failed", queue_id=delivery)
@@ -172,6 +175,19 @@ class DeliveryHandler:
                 recipient.error = type(result.error).__name__
                 recipient.reason = failure_reason(result.error)
         return reply
+
+    def _store(self, envelope, targets: list[tuple[str, str]], source: bytes,
+               marker: bytes, trace_length: int) -> list[Delivery]:
+        """Run each recipient's Sieve script, then store (in a worker thread).  Without any
+        active script this is exactly the delivery without Sieve.  ``trace_length``: the
+        bytes of trace fields this delivery put before the message."""
+        recipients = [(address, user, mailbox) for address, (user, mailbox)
+                      in zip(envelope.rcpt_tos, targets, strict=True)]
+        plans = make_plans(self.store, recipients, source, envelope.mail_from or "",
+                           self.settings.sieve, self.lmtp, trace_length)
+        if all(p.script is None for p in plans):
+            return deliver_message(self.store, targets, source, marker, not self.lmtp)
+        return deliver_with_sieve(self.store, plans, source, marker, not self.lmtp)
 
     def end_transaction(self, session, envelope) -> None:
         """The protocol calls this when ``envelope``'s transaction ends without a reply to

@@ -121,7 +121,7 @@ def failure_reason(error: BaseException) -> str:
     """The ``outcome`` label of a recipient whose delivery failed after DATA with ``error``."""
     for cls, reason in ((errors.OverQuota, "over_quota"), (errors.TooLarge, "too_large"),
                         ((errors.NotFound, errors.InvalidName), "unknown_user"),
-                        (errors.Conflict, "withdrawn"),
+                        (errors.Conflict, "withdrawn"), (errors.Rejected, "sieve_reject"),
                         (errors.BackendUnavailable, "unavailable")):
         if isinstance(error, cls):
             return reason

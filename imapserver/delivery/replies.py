@@ -6,7 +6,9 @@ Basic codes from RFC 5321 4.2; enhanced status codes from RFC 3463 (registry of 
 
 from __future__ import annotations
 
-from mailstore.errors import InvalidName, NotFound, OverQuota, TooLarge
+import re
+
+from mailstore.errors import InvalidName, NotFound, OverQuota, Rejected, TooLarge
 
 RCPT_OK = "250 2.1.5 <{}> OK"
 DELIVERED = "250 2.0.0 <{}> delivered as {}"  # LMTP, per recipient (RFC 2033 4.2)
@@ -49,6 +51,19 @@ def over_quota(address: str, code: str) -> str:
     return f"452 4.2.2 <{address}> Mailbox full"
 
 
+def sieve_reject(address: str, reason: str) -> str:
+    """A Sieve reject at DATA (RFC 5429 2.1, 5321 4.2.2): the script's text on one line,
+    control characters removed so it cannot end the reply early, and bounded in length
+    (RFC 5321 4.5.3.1.5: a reply line is at most 512 octets)."""
+    text = re.sub(r"[\x00-\x1f\x7f]+", " ", reason).strip() or "Rejected"
+    prefix = f"550 5.7.1 <{address}> "
+    room = 500 - len(prefix.encode("utf-8"))
+    data = text.encode("utf-8")
+    if len(data) > room:
+        text = data[:room].decode("utf-8", "ignore")
+    return prefix + text
+
+
 def for_error(exc: BaseException, address: str, over_quota_code: str) -> str:
     """The reply for a recipient whose delivery failed with ``exc``.
 
@@ -57,6 +72,8 @@ def for_error(exc: BaseException, address: str, over_quota_code: str) -> str:
     the store committed but could not make visible (``errors.Unpublished``): the retry may
     deliver that one twice, never lose it.
     """
+    if isinstance(exc, Rejected):
+        return sieve_reject(address, exc.reason)
     if isinstance(exc, OverQuota):
         return over_quota(address, over_quota_code)
     if isinstance(exc, TooLarge):

@@ -24,27 +24,34 @@ land in the same mailbox while this one fails can push ours down; 100 is far mor
 
 
 def deliver_message(store: MailStore, targets: Sequence[tuple[str, str]], source: bytes,
-                    marker: bytes, all_or_nothing: bool) -> list[Delivery]:
+                    marker: bytes, all_or_nothing: bool,
+                    flags: Sequence[tuple[str, ...]] | None = None) -> list[Delivery]:
     """Deliver ``source`` to every (user, mailbox) of ``targets``; one Delivery per target.
 
     ``marker`` is a byte string found only in this message's header (its delivery id): it is
     how rows are found again to withdraw them.  A target whose mailbox (a plus-address folder)
     was deleted since RCPT gets INBOX.  With ``all_or_nothing`` (SMTP: one reply for the whole
     message) a failure of any target withdraws every other one, which then fails with Conflict.
+    ``flags``, parallel to ``targets``, are each row's flags (Sieve imap4flags, RFC 5232); a
+    target given twice gets the first one's.
     Raises what the store raised if it failed as a whole, having withdrawn what it could.
     """
     unique = list(dict.fromkeys(targets))
+    flags_of: dict[tuple[str, str], tuple[str, ...]] = {}
+    for target, target_flags in zip(targets, flags or [()] * len(targets), strict=True):
+        flags_of.setdefault(target, tuple(target_flags))
     if all_or_nothing:
         refused = _over_quota(store, unique, len(source))
         if refused:
             return [Delivery(user, name, None, refused.get(user, _withdrawn()))
                     for user, name in targets]
     try:
-        results = store.deliver(unique, source)
+        results = store.deliver(unique, source, [flags_of[t] for t in unique])
         retry = [i for i, r in enumerate(results)
                  if isinstance(r.error, NotFound) and r.mailbox != "INBOX"]
         if retry:
-            again = store.deliver([(results[i].user, "INBOX") for i in retry], source)
+            again = store.deliver([(results[i].user, "INBOX") for i in retry], source,
+                                  [flags_of[unique[i]] for i in retry])
             for i, result in zip(retry, again, strict=True):
                 results[i] = result
     except BaseException:

@@ -66,8 +66,8 @@ def build_parser() -> argparse.ArgumentParser:
     mailbox_cmd.register(sub, common)
     transfer.register(sub, common)
     queue_cmd.register(sub, common)
-    metadata_cmd.register(sub, common)
     sieve_cmd.register(sub, common)
+    metadata_cmd.register(sub, common)
     store_cmd.register(sub, common)
     acl_cmd.register(sub, common)
     return parser

@@ -1,0 +1,1 @@
+if address "subject" "a" { keep; }

@@ -1,0 +1,3 @@
+require "relational";
+keep;
+if header :value "xx" "x" "1" { keep; }

@@ -1,0 +1,1 @@
+if frob "a" { keep; }

@@ -1,0 +1,1 @@
+if header :count "gt" "to" "1" { keep; }

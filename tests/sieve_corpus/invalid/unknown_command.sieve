@@ -1,0 +1,2 @@
+keep;
+frobnicate "x";

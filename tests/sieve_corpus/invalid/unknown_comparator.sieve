@@ -1,0 +1,1 @@
+if header :comparator "i;frob" "x" "1" { keep; }

@@ -1,0 +1,2 @@
+keep;
+if header "subject" "abc { keep; }

@@ -1,0 +1,3 @@
+require ["copy", "fileinto"];
+fileinto :copy "Copied";
+redirect :copy "archive@example.net";

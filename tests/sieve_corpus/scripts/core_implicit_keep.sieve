@@ -1,0 +1,1 @@
+# RFC 5228 2.10.2: no action, implicit keep

@@ -1,0 +1,4 @@
+require "fileinto";
+fileinto "First";
+if true { stop; }
+fileinto "Never";

@@ -1,0 +1,2 @@
+redirect "a@example.net"; redirect "b@example.net"; redirect "c@example.net";
+redirect "d@example.net"; redirect "e@example.net";

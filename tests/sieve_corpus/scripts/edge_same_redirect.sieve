@@ -1,0 +1,1 @@
+redirect "a@example.net"; redirect "A@example.net"; redirect "a@example.net";

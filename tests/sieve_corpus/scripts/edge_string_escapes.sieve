@@ -1,0 +1,4 @@
+require "fileinto";
+fileinto "back\\slash";
+fileinto "q\"uote";
+fileinto "a\b";

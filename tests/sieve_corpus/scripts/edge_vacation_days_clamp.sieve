@@ -1,0 +1,2 @@
+require ["vacation"];
+vacation :days 0 :subject "zero" "Zero days.";

@@ -1,0 +1,2 @@
+require ["vacation"];
+vacation :addresses ["someone@else.example"] "Not me.";

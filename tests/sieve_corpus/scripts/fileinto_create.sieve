@@ -1,0 +1,2 @@
+require ["fileinto", "mailbox"];
+fileinto :create "Archive/2020";

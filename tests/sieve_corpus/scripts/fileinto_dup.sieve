@@ -1,0 +1,2 @@
+require ["fileinto"];
+fileinto "A"; fileinto "A"; keep; fileinto "INBOX";

@@ -1,0 +1,3 @@
+require ["include", "fileinto"];
+include :personal :optional "does-not-exist";
+fileinto "AfterInclude";

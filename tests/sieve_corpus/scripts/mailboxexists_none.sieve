@@ -1,0 +1,2 @@
+require ["fileinto", "mailbox"];
+if mailboxexists "Nonexistent" { fileinto "Nonexistent"; } else { fileinto :create "Made"; }

@@ -1,0 +1,2 @@
+if header :contains "subject" "meeting" { redirect "boss@example.net"; }
+redirect "boss@example.net";

@@ -1,0 +1,3 @@
+require ["reject", "fileinto"];
+fileinto "Kept";
+reject "conflicts with fileinto";

@@ -1,0 +1,3 @@
+require "reject";
+discard;
+reject "discard then reject";

@@ -1,0 +1,3 @@
+require ["vacation", "fileinto", "mailbox"];
+fileinto :create "Filed";
+vacation :days 1 "Gone fishing.";

@@ -1,0 +1,2 @@
+require ["vacation"];
+vacation :addresses ["user@example.com"] "Away.";

@@ -1,0 +1,229 @@
+"""The Sieve interpreter alone (mailstore/sieve): what the Pigeonhole differential cannot
+reach (a null sender, ereject, limits, include, the validator), each test citing its RFC."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from mailstore.sieve import Envelope, Environment, Limits, run, validate
+from mailstore.sieve.actions import Discard, Redirect, Reject, Store, Vacation
+from mailstore.sieve.match import match
+from mailstore.sieve.vacation import build_reply
+
+MESSAGE = (b"From: Sender <sender@example.org>\r\nTo: alice@example.com\r\n"
+           b"Subject: Hello there\r\nMessage-ID: <m1@example.org>\r\n\r\nbody\r\n")
+ENVELOPE = Envelope("sender@example.org", "alice@example.com")
+
+
+def env(**kwargs) -> Environment:
+    return Environment(user="alice", user_addresses=["alice@example.com"], **kwargs)
+
+
+def kinds(result) -> list:
+    return [type(a).__name__ for a in result.actions]
+
+
+def test_null_sender_matches_empty_envelope_from_and_gets_no_vacation():
+    """RFC 5228 5.4: the null reverse-path is "" for every address part; RFC 5230 4.5 / RFC
+    3834 2: no automatic reply to it."""
+    script = ('require ["envelope", "vacation", "fileinto"];\n'
+              'if envelope :localpart "from" "" { fileinto "Null"; }\n'
+              'vacation "away";')
+    result = run(script, MESSAGE, Envelope("", "alice@example.com"), env())
+    assert [a.mailbox for a in result.stores] == ["Null"]
+    assert not any(isinstance(a, Vacation) for a in result.actions)
+    assert result.notes == ["vacation not sent: null sender"]
+
+
+@pytest.mark.parametrize("extra, why", [
+    (b"Auto-Submitted: auto-generated\r\n", "Auto-Submitted"),
+    (b"Precedence: junk\r\n", "Precedence"),
+    (b"List-Post: <mailto:l@example.org>\r\n", "mailing list"),
+])
+def test_vacation_not_sent_to_automatic_or_list_mail(extra, why):
+    """RFC 5230 4.5, RFC 3834 2: no reply to auto-submitted, bulk/junk or list mail."""
+    result = run('require "vacation"; vacation "away";', extra + MESSAGE, ENVELOPE, env())
+    assert kinds(result) == ["Store"]
+    assert why in result.notes[0]
+
+
+def test_vacation_needs_the_users_address_and_not_to_self():
+    """RFC 5230 4.5: only if one of the user's addresses (or :addresses) is in To/Cc/Bcc,
+    and never to the user themself."""
+    other = MESSAGE.replace(b"To: alice@example.com", b"To: list@example.net")
+    assert kinds(run('require "vacation"; vacation "x";', other, ENVELOPE, env())) == ["Store"]
+    result = run('require "vacation"; vacation :addresses "list@example.net" "x";', other,
+                 ENVELOPE, env())
+    assert "Vacation" in kinds(result)
+    own = Envelope("alice@example.com", "alice@example.com")
+    assert kinds(run('require "vacation"; vacation "x";', MESSAGE, own, env())) == ["Store"]
+
+
+def test_vacation_days_clamped_and_tracking_asked():
+    """RFC 5230 4.1: :days below the site minimum is raised to it; 4.2: a sender already
+    answered within the period (per :handle) gets no second reply."""
+    result = run('require "vacation"; vacation :days 0 "x";', MESSAGE, ENVELOPE, env())
+    [reply] = [a for a in result.actions if isinstance(a, Vacation)]
+    assert reply.seconds == 86400
+    asked = []
+    result = run('require "vacation"; vacation :handle "h" "x";', MESSAGE, ENVELOPE,
+                 env(vacation_replied=lambda key: asked.append(key) or True))
+    assert kinds(result) == ["Store"] and asked == ["alice\0sender@example.org\0h"]
+
+
+def test_vacation_reply_fields_cannot_inject_headers():
+    """RFC 5230 5.1-5.2 header fields of the reply; RFC 3834 3.1.7 Auto-Submitted;
+    script values with CR/LF do not start new fields."""
+    script = ('require ["vacation"];\n'
+              'vacation :subject "hi\\r\\nBcc: x@y" :from "alice@example.com\\nX: 1" "away";')
+    result = run(script.replace("\\r\\n", "\r\n").replace("\\n", "\n"), MESSAGE, ENVELOPE,
+                 env())
+    [reply] = [a for a in result.actions if isinstance(a, Vacation)]
+    raw = build_reply(reply, "mx.example.com", 0)
+    head = raw.split(b"\r\n\r\n")[0].split(b"\r\n")
+    assert [h.split(b":")[0] for h in head] == [
+        b"From", b"To", b"Subject", b"Date", b"Message-ID", b"Auto-Submitted",
+        b"Precedence", b"In-Reply-To", b"References", b"MIME-Version", b"Content-Type",
+        b"Content-Transfer-Encoding"]
+    assert b"Auto-Submitted: auto-replied (vacation)" in head
+
+
+def test_ereject_and_reject_conflicts():
+    """RFC 5429 2.1-2.2: ereject refuses like reject; reject with fileinto is an error
+    (implicit keep), reject after discard is fine, a second reject is an error."""
+    result = run('require "ereject"; ereject "no thanks";', MESSAGE, ENVELOPE, env())
+    assert result.actions == [Reject("no thanks", extended=True)]
+    bad = run('require ["reject","fileinto"]; fileinto "x"; reject "no";', MESSAGE, ENVELOPE)
+    assert bad.error and kinds(bad) == ["Store"] and bad.stores[0].implicit
+    ok = run('require "reject"; discard; reject "no";', MESSAGE, ENVELOPE)
+    assert kinds(ok) == ["Discard", "Reject"]
+    twice = run('require ["reject", "ereject"]; reject "a"; ereject "b";', MESSAGE, ENVELOPE)
+    assert twice.error
+
+
+def test_limits_turn_into_an_implicit_keep():
+    """RFC 5228 2.10.6 (an implementation limit is a runtime error): actions, redirects and
+    the step bound; the script's other actions are dropped."""
+    many = "".join(f'redirect "r{i}@example.net";\n' for i in range(5))
+    result = run(many, MESSAGE, ENVELOPE, env(limits=Limits(max_redirects=4)))
+    assert result.error and "redirects" in result.error and kinds(result) == ["Store"]
+    stores = 'require "fileinto";\n' + "".join(f'fileinto "f{i}";\n' for i in range(40))
+    assert "actions" in run(stores, MESSAGE, ENVELOPE, env()).error
+    heavy = 'require "fileinto";\n' + 'if header :matches "subject" "*e*" { }\n' * 2000
+    result = run(heavy, MESSAGE, ENVELOPE, env(limits=Limits(max_steps=1000)))
+    assert result.error and "steps" in result.error
+
+
+def test_matches_cannot_blow_up():
+    """RFC 5228 2.7.1 wildcards: a pattern built to make a backtracking matcher take
+    exponential time runs in time proportional to pattern x value."""
+    started = time.monotonic()
+    assert match(["a" * 20000], ["*a*a*a*a*a*a*a*a*a*a*b"], ":matches") == (False, None)
+    assert time.monotonic() - started < 2
+
+
+def test_match_variables_and_comparators():
+    """RFC 5229 3.2 ${0}..${9}; RFC 4790 9.2 i;ascii-casemap folds only A-Z; RFC 4790 9.1
+    i;ascii-numeric: a value without leading digits is +infinity."""
+    assert match(["Hello World"], ["* *"], ":matches") == (True, ["Hello World", "Hello",
+                                                                   "World"])
+    assert match(["ÉTÉ"], ["été"], ":is", "i;ascii-casemap") == (False, None)
+    assert match(["abc"], ["99999"], ":value", "i;ascii-numeric", "gt") == (True, None)
+    assert match(["007"], ["7"], ":is", "i;ascii-numeric") == (True, None)
+
+
+def test_include_once_optional_return_and_depth():
+    """RFC 6609 3.2 :once runs a script one time, :optional skips a missing one, return
+    ends the included script only; 3.2's recursion is bounded."""
+    scripts = {"lib": 'require ["fileinto", "include"]; fileinto "FromLib"; return; '
+                      'fileinto "Never";',
+               "self": 'require "include"; include "self";'}
+    text = ('require ["include", "fileinto"];\ninclude :once "lib";\ninclude :once "lib";\n'
+            'include :optional "none";\nfileinto "After";')
+    result = run(text, MESSAGE, ENVELOPE,
+                 env(get_script=lambda location, name: scripts.get(name)))
+    assert [a.mailbox for a in result.stores] == ["FromLib", "After"]
+    loop = run('require "include"; include "self";', MESSAGE, ENVELOPE,
+               env(get_script=lambda location, name: scripts.get(name)))
+    assert loop.error and "deeper" in loop.error
+    missing = run('require "include"; include "none";', MESSAGE, ENVELOPE, env())
+    assert missing.error and "not found" in missing.error
+
+
+def test_duplicate_marks_only_for_new_ids():
+    """RFC 7352 3: an id not seen is recorded (after delivery); a seen one is not refreshed
+    unless :last."""
+    fresh = run('require "duplicate"; if duplicate { discard; }', MESSAGE, ENVELOPE, env())
+    assert kinds(fresh) == ["Store"] and len(fresh.duplicate_marks) == 1
+    seen = run('require "duplicate"; if duplicate { discard; }', MESSAGE, ENVELOPE,
+               env(duplicate_seen=lambda key: True))
+    assert kinds(seen) == ["Discard"] and seen.duplicate_marks == []
+
+
+def test_editheader_protects_received_and_encodes_values():
+    """RFC 5293 7: Received cannot be removed; a value with CR/LF stays one field."""
+    message = b"Received: from a by b; Tue, 1 Jan 2020 00:00:00 +0000\r\n" + MESSAGE
+    result = run('require "editheader"; deleteheader "Received"; addheader "X-A" "1\r\nX-B: 2";',
+                 message, ENVELOPE)
+    assert result.message.startswith(b"X-A: 1 X-B: 2\r\nReceived: from a")
+
+
+def test_redirect_and_discard_shapes():
+    """RFC 5228 4.2/4.4 and RFC 3894 :copy keeps the implicit keep."""
+    result = run('require "copy"; redirect :copy "b@example.net";', MESSAGE, ENVELOPE)
+    assert result.actions == [Redirect("b@example.net", True),
+                              Store("INBOX", (), False, True, True)]
+    assert run("discard;", MESSAGE, ENVELOPE).actions == [Discard()]
+    bad = run('redirect "not an address";', MESSAGE, ENVELOPE)
+    assert bad.error and isinstance(bad.actions[0], Store)
+
+
+def test_validate_reports_lines():
+    """RFC 5804 2.6 PUTSCRIPT answers a bad script with its error; each says its line."""
+    assert validate('require "fileinto";\nfileinto "x";\n') == []
+    assert validate('require ["fileinto", "foo"];\nkeep;') == [
+        "line 1: unsupported extension 'foo'"]
+    assert validate("keep;\nif true {\n  stop;\n")[0].startswith("line 4:")
+    assert validate('keep;\nfileinto "x";')[0].startswith("line 2:")
+    errors = validate('require "relational";\nif header :count "xx" "a" "1" { stop; }')
+    assert errors == ["line 2: invalid relational match 'xx' (RFC 5231 4.2)"]
+    assert validate(b"keep;\n\xff") == ["line 2: script is not UTF-8 (RFC 5228 2.1)"]
+
+
+def test_parsing_is_thread_safe():
+    """sievelib keeps the loaded extensions in parser state; delivery parses in several
+    threads at once, so each parse must see only its own script's require."""
+    errors = []
+
+    def parse_many(text, expect_error):
+        for i in range(50):
+            found = validate(text + f"\n# {threading.get_ident()} {i}")
+            if bool(found) != expect_error:
+                errors.append(found)
+
+    threads = [threading.Thread(target=parse_many, args=('require "fileinto"; fileinto "a";',
+                                                         False)),
+               threading.Thread(target=parse_many, args=('fileinto "a";', True))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+
+
+def test_store_actions_keep_names():
+    """RFC 5228 4.1: fileinto "INBOX" and keep are the same mailbox, stored once."""
+    result = run('require "fileinto"; fileinto "inbox"; keep;', MESSAGE, ENVELOPE)
+    assert len(result.stores) == 1 and isinstance(result.stores[0], Store)
+
+
+def test_implicit_keep_over_the_action_limit_is_still_a_keep():
+    """RFC 5228 2.10.6: the implicit keep that would exceed max_actions is a runtime error,
+    answered by an implicit keep -- never an exception out of the interpreter."""
+    script = 'require ["fileinto", "copy"]; fileinto :copy "a"; fileinto :copy "b";'
+    result = run(script, MESSAGE, ENVELOPE, env(limits=Limits(max_actions=2)))
+    assert result.error and "actions" in result.error
+    assert kinds(result) == ["Store"] and result.stores[0].mailbox == "INBOX"
