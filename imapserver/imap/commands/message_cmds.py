@@ -1,7 +1,9 @@
 """Commands on messages (besides FETCH and SEARCH).
 
-    append   = "APPEND" SP mailbox 1*(SP [flag-list SP] [date-time SP] literal)
+    append   = "APPEND" SP mailbox 1*(SP [flag-list SP] [date-time SP] append-data)
                                                ; RFC 3501 6.3.11, RFC 3502 MULTIAPPEND
+    append-data = literal / literal8 / "UTF8" SP "(" literal8 ")"
+                                               ; RFC 3516, RFC 6855 4 (after ENABLE)
     expunge  = "EXPUNGE"                       ; 6.4.3
     uid-exp  = "UID EXPUNGE" SP sequence-set   ; RFC 4315
     store    = "STORE" SP sequence-set [SP "(" "UNCHANGEDSINCE" SP mod-sequence-valzer ")"]
@@ -25,6 +27,7 @@ from mailstore.errors import NotFound
 
 from ..context import AUTH, SELECTED, Bad, No, command
 from ..names import decode_name
+from ..rev2 import utf8_accept, utf8_names
 from ..seqset import parse_seqset
 from ..wire import Atom, Literal
 from .common import (
@@ -134,18 +137,36 @@ def parse_flag_args(args) -> list[str]:
     return flags
 
 
-def take_append_message(args: list, verb: str) -> tuple[list[str], float | None, object]:
-    """Take one ``[flag-list SP] [date-time SP] literal`` off the front of ``args`` (RFC 3501
-    6.3.11 append-message; RFC 8508 REPLACE takes the same): ``(flags, internal date or None,
-    message)``, the message a literal's bytes or a spooled file.  BAD without a literal."""
+def take_append_message(args: list, verb: str, utf8: bool = False
+                        ) -> tuple[list[str], float | None, object]:
+    """Take one ``[flag-list SP] [date-time SP] append-data`` off the front of ``args`` (RFC
+    3501 6.3.11 append-message; RFC 8508 REPLACE takes the same): ``(flags, internal date or
+    None, message)``, the message a literal's bytes or a spooled file.  BAD without a literal.
+
+    ``utf8``: the session enabled UTF8=ACCEPT, so ``UTF8 (literal8)`` may carry the message
+    (RFC 6855 4: a message with UTF-8 headers, RFC 6532; stored as any other).  Before that
+    ENABLE the data item is BAD (RFC 6855 4: only after ENABLE UTF8=ACCEPT)."""
     flags, date = [], None
     if args and isinstance(args[0], list):
         flags = parse_flag_args([args.pop(0)])
     if args and isinstance(args[0], bytes) and not isinstance(args[0], Literal):
         date = parse_date_time(args.pop(0))
-    if not args or not (isinstance(args[0], Literal) or hasattr(args[0], "read")):
+    if args and isinstance(args[0], Atom) and args[0].upper() == "UTF8":
+        if not utf8:
+            raise Bad(f"{verb} UTF8 needs ENABLE UTF8=ACCEPT first (RFC 6855 4)")
+        if len(args) < 2 or not isinstance(args[1], list) or len(args[1]) != 1 or not _message(
+                args[1][0]):
+            raise Bad(f"{verb} UTF8 takes one message literal in parentheses")
+        args.pop(0)
+        return flags, date, args.pop(0)[0]
+    if not args or not _message(args[0]):
         raise Bad(f"{verb} expects a message literal")
     return flags, date, args.pop(0)
+
+
+def _message(token) -> bool:
+    """Whether ``token`` is a message: a literal, in memory or spooled to a file."""
+    return isinstance(token, Literal) or hasattr(token, "read")
 
 
 def _writable(ctx):
@@ -160,11 +181,11 @@ def _writable(ctx):
 def append(ctx):
     if len(ctx.args) < 2:
         raise Bad("APPEND takes a mailbox and a message")
-    name = decode_name(ctx.args[0])
+    name = decode_name(ctx.args[0], utf8_names(ctx.session))
     messages = []
     args = ctx.args[1:]
     while args:
-        messages.append(take_append_message(args, "APPEND"))
+        messages.append(take_append_message(args, "APPEND", utf8_accept(ctx.session)))
     user = ctx.session.user
 
     def run():
@@ -296,7 +317,7 @@ def _transfer(ctx, uid_mode: bool, move: bool):
     if move:
         _writable(ctx)
     uids = resolve(ctx, ctx.args[0], uid_mode)
-    name = decode_name(ctx.args[1])
+    name = decode_name(ctx.args[1], utf8_names(ctx.session))
     selected = ctx.session.selected
     user = ctx.session.user
 

@@ -28,6 +28,7 @@ from mailstore.users import QuotaUsage
 
 from ..context import AUTH, SELECTED, Bad, No, command
 from ..names import decode_name, encode_name
+from ..rev2 import utf8_names
 from ..wire import ParseError, as_text, astring
 
 ROOT = "User quota"
@@ -71,9 +72,10 @@ def quota_response(usage: QuotaUsage) -> bytes:
 @defer.inlineCallbacks
 def getquotaroot(ctx):
     ctx.expect_args(1)
-    name = decode_name(ctx.args[0])  # need not exist (RFC 9208 4.1.2); echoed as given
+    utf8 = utf8_names(ctx.session)
+    name = decode_name(ctx.args[0], utf8)  # need not exist (RFC 9208 4.1.2); echoed as given
     usage = yield ctx.call(ctx.store.quota, ctx.session.user)
-    line = b"QUOTAROOT " + encode_name(name)
+    line = b"QUOTAROOT " + encode_name(name, utf8)
     if usage.limited:
         ctx.untagged(line + b" " + astring(ROOT))
         ctx.untagged(quota_response(usage))

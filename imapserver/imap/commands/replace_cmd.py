@@ -2,7 +2,8 @@
 
     replace     = "REPLACE" SP seq-number SP mailbox append-message     ; RFC 8508 5
     uid-replace = "UID" SP "REPLACE" SP uniqueid SP mailbox append-message
-    append-message = [SP flag-list] [SP date-time] SP literal           ; as APPEND's
+    append-message = [SP flag-list] [SP date-time] SP append-data       ; as APPEND's
+                                                   ; (UTF8 (...) too: RFC 6855 4)
 
 The new message is appended to ``mailbox`` and the replaced one expunged from the selected
 mailbox (RFC 8508 3.4), by ``MailStore.replace`` in that order (docs/decisions/0017).  The
@@ -17,6 +18,7 @@ from twisted.internet import defer
 
 from ..context import SELECTED, Bad, No, command
 from ..names import decode_name
+from ..rev2 import utf8_accept, utf8_names
 from ..wire import Atom
 from .common import report_changes
 from .message_cmds import _existing, _writable, resolve, take_append_message
@@ -38,9 +40,9 @@ def replace_command(ctx, uid_mode: bool):
         raise Bad("REPLACE takes a message number, a mailbox and a message")
     args = list(ctx.args)
     token = args.pop(0)
-    name = decode_name(args.pop(0))
+    name = decode_name(args.pop(0), utf8_names(ctx.session))
     try:
-        flags, date, message = take_append_message(args, "REPLACE")
+        flags, date, message = take_append_message(args, "REPLACE", utf8_accept(ctx.session))
         if args:
             raise Bad("REPLACE takes one message")  # no MULTIAPPEND (RFC 8508 4.7)
         _writable(ctx)  # RFC 8508 3.4: the replaced message must be expungeable
@@ -61,7 +63,7 @@ def replace_command(ctx, uid_mode: bool):
     finally:
         # A literal spooled to a file (large messages) is closed whatever became of it: also
         # when the arguments around it were refused.
-        for item in ctx.args:
+        for item in [*ctx.args, *(x for a in ctx.args if isinstance(a, list) for x in a)]:
             if hasattr(item, "close"):
                 item.close()
     # RFC 8508 4.3: APPENDUID in an untagged OK before the EXPUNGE; then the EXPUNGE and the
