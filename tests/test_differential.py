@@ -753,12 +753,16 @@ def test_dovecot_advertises_what_we_do(differential):
     # STATUS MAILBOXID), so it has no judge here; tests/test_imap_objectid.py checks it.
     from test_differential_compress import CAPABILITIES_JUDGED_HERE as COMPRESS_JUDGED
     from test_differential_quota import CAPABILITIES_JUDGED_HERE  # QUOTA needs its plugins
+
+    # IMAP4rev2, UTF8=ACCEPT: Dovecot 2.3 has neither; tests/test_differential_rev2.py says how
+    # they are judged instead.
+    from test_differential_rev2 import CAPABILITIES_JUDGED_HERE as REV2_JUDGED
     # CONTEXT=SORT (RFC 5267): Dovecot 2.3 does not advertise it (its UPDATE answers carry no
     # sort positions); tests/test_imap_context_sort.py checks it against the RFC's examples.
     # REPLACE (RFC 8508): Dovecot 2.3 lacks it; tests/test_differential_replace.py has it
     # judge REPLACE's outcome against the commands it stands for.
     assert ours - theirs == {"APPENDLIMIT", "OBJECTID", "CONTEXT=SORT", "REPLACE",
-                             *CAPABILITIES_JUDGED_HERE, *COMPRESS_JUDGED}
+                             *CAPABILITIES_JUDGED_HERE, *COMPRESS_JUDGED, *REV2_JUDGED}
 
 
 def test_expunges_first_is_the_common_order():

@@ -97,15 +97,15 @@ def _open(store, user: str, name: str, readonly: bool, modseqs: bool = False,
 def _select(ctx, readonly: bool):
     if not ctx.args:
         raise Bad(f"{ctx.name} takes a mailbox name")
-    utf8 = utf8_names(ctx.session)
-    name = decode_name(ctx.args[0], utf8)
-    # RFC 3501 6.3.1: a failed SELECT leaves no mailbox selected.  RFC 7162 3.2.11: what
-    # follows [CLOSED] is about the new mailbox (sent, as by Dovecot, before the parameters
-    # are even looked at, and whether QRESYNC is enabled or not).
+    # RFC 3501 6.3.1: a failed SELECT leaves no mailbox selected -- also one whose name is
+    # not valid in the session's encoding (NO, as Dovecot).  RFC 7162 3.2.11: what follows
+    # [CLOSED] is about the new mailbox (sent, as by Dovecot, before the parameters are even
+    # looked at, and whether QRESYNC is enabled or not).
     ctx.server.watchers.unwatch(ctx.session)
     if ctx.session.selected is not None:
         ctx.untagged(b"OK [CLOSED] Previous mailbox closed")
     ctx.session.selected = None
+    name = decode_name(ctx.args[0], utf8_names(ctx.session))
     params = parse_select_params(ctx.args[1:])
     if params.qresync and "QRESYNC" not in ctx.session.enabled:
         raise Bad("QRESYNC must be enabled first (RFC 7162 3.2.5)")
