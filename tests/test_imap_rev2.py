@@ -276,3 +276,69 @@ def test_unauthenticate_forgets_rev2(server, user, clients):
     assert c.cmd("u", "UNAUTHENTICATE")[-1].startswith(b"u OK")
     assert c.cmd("L", f"LOGIN {user} pw")[-1].startswith(b"L OK")
     assert b"* 0 RECENT" in c.cmd("s", "SELECT INBOX")
+
+
+def test_unsolicited_fetch_carries_uid(server, user, clients):
+    """RFC 9051 7.5.2 (Appendix E: unsolicited FETCH responses include UID): another
+    session's flag change reaches an IMAP4rev2 session as a FETCH with UID and FLAGS, without
+    \\Recent."""
+    c = login(server, user, rev2=True)
+    other = login(server, user)
+    clients += [c, other]
+    append(other, "INBOX", message(1))
+    assert c.cmd("s", "SELECT INBOX")[-1].startswith(b"s OK")
+    assert other.cmd("s", "SELECT INBOX")[-1].startswith(b"s OK")
+    assert other.cmd("f", "STORE 1 +FLAGS.SILENT (\\Flagged)")[-1].startswith(b"f OK")
+    assert c.cmd("n", "NOOP") == [b"* 1 FETCH (UID 1 FLAGS (\\Flagged))",
+                                  b"n OK NOOP completed"]
+
+
+def test_response_codes(server, user, clients):
+    """RFC 9051 7.1 (the RFC 5530 codes it takes in, Appendix E) and Appendix E item 8: a
+    missing mailbox is NONEXISTENT, an existing one ALREADYEXISTS, and COPY, MOVE and APPEND
+    to a missing mailbox answer TRYCREATE without creating it."""
+    c = login(server, user, rev2=True)
+    clients.append(c)
+    append(c, "INBOX", message(1))
+    assert c.cmd("s", "SELECT Nowhere")[-1].startswith(b"s NO [NONEXISTENT]")
+    assert c.cmd("s", "STATUS Nowhere (MESSAGES)")[-1].startswith(b"s NO [NONEXISTENT]")
+    assert c.cmd("d", "DELETE Nowhere")[-1].startswith(b"d NO [NONEXISTENT]")
+    assert c.cmd("r", "RENAME Nowhere Elsewhere")[-1].startswith(b"r NO [NONEXISTENT]")
+    assert c.cmd("c", "CREATE Sent")[-1].startswith(b"c NO [ALREADYEXISTS]")
+    assert c.cmd("r", "RENAME Drafts Sent")[-1].startswith(b"r NO [ALREADYEXISTS]")
+    assert c.cmd("s", "SELECT INBOX")[-1].startswith(b"s OK")
+    for command in ("COPY 1 Nowhere", "MOVE 1 Nowhere", "UID MOVE 1 Nowhere"):
+        assert c.cmd("t", command)[-1].startswith(b"t NO [TRYCREATE]"), command
+    c.send(b"a APPEND Nowhere {3+}\r\nx\r\n\r\n")
+    assert c.until_tagged("a")[-1].startswith(b"a NO [TRYCREATE]")
+    assert c.cmd("l", 'LIST "" Nowhere') == [b"l OK LIST completed"]
+
+
+def test_rev2_extensions_are_there(server, user, clients):
+    """RFC 9051 Appendix E item 1: IMAP4rev2 takes in NAMESPACE, UNSELECT, UIDPLUS (UID
+    EXPUNGE), ESEARCH, SEARCHRES, ENABLE, IDLE, SASL-IR, LIST-EXTENDED, LIST-STATUS, MOVE,
+    LITERAL-, BINARY, CHILDREN, SPECIAL-USE and STATUS=SIZE (with DELETED): each works in an
+    IMAP4rev2 session."""
+    c = login(server, user, rev2=True)
+    clients.append(c)
+    for n in (1, 2, 3):
+        append(c, "INBOX", message(n))
+    assert c.cmd("n", "NAMESPACE")[0] == b'* NAMESPACE (("" "/")) NIL NIL'
+    assert c.cmd("s", "SELECT INBOX")[-1].startswith(b"s OK")
+    assert c.cmd("a", "SEARCH RETURN (SAVE) 2")[-1].startswith(b"a OK")
+    assert c.cmd("b", "UID FETCH $ (UID)")[0] == b"* 2 FETCH (UID 2)"
+    assert c.cmd("f", "STORE 1:2 +FLAGS.SILENT (\\Deleted)")[-1].startswith(b"f OK")
+    assert c.cmd("x", "UID EXPUNGE 2") == [b"* 2 EXPUNGE", b"x OK UID completed"]
+    moved = c.cmd("m", "MOVE 2 Trash")  # RFC 6851 4.3: COPYUID in an untagged OK first
+    assert moved[0].startswith(b"* OK [COPYUID ") and moved[1:] == [b"* 2 EXPUNGE",
+                                                                   b"m OK MOVE completed"]
+    assert c.cmd("y", "FETCH 1 BINARY.SIZE[1]")[0] == b"* 1 FETCH (BINARY.SIZE[1] 20)"
+    assert c.cmd("u", "UNSELECT") == [b"u OK UNSELECT completed"]
+    assert c.cmd("l", 'LIST (SPECIAL-USE) "" "*" RETURN (CHILDREN STATUS (MESSAGES DELETED '
+                      'SIZE))')[-1].startswith(b"l OK")
+    c.send(b"i IDLE\r\n")
+    assert c.read_line().startswith(b"+ ")
+    c.send(b"DONE\r\n")
+    assert c.until_tagged("i")[-1].startswith(b"i OK")
+    c.send(b"k CREATE {4095+}\r\n" + b"k" * 4095 + b"\r\n")  # LITERAL- (RFC 7888 5)
+    assert c.until_tagged("k")[-1].startswith(b"k NO")  # too long a name: NO, not BAD
