@@ -126,7 +126,7 @@ def test_replace_takes_utf8_too(server, user, clients):
 def test_search_charset_is_bad_after_enable(server, user, clients):
     """RFC 6855 3: once UTF8=ACCEPT is enabled a SEARCH with CHARSET is BAD (every string is
     UTF-8 now), whatever the charset; UTF-8 search strings work without it.  Before the
-    ENABLE, and after ENABLE IMAP4rev2 alone, CHARSET is accepted as ever."""
+    ENABLE CHARSET is accepted as ever (after ENABLE IMAP4rev2 alone too: test_imap_rev2)."""
     c = login(server, user)
     plain = login(server, user, enable=None)
     clients += [c, plain]
@@ -142,8 +142,13 @@ def test_search_charset_is_bad_after_enable(server, user, clients):
     assert c.cmd("u", 'SEARCH FROM "j\u00f6rg"')[0] == b"* SEARCH 1"
     assert plain.cmd("p", 'SEARCH CHARSET UTF-8 SUBJECT "Gr\u00fc\u00dfe"')[0] == \
         b"* SEARCH 1"
-    # SORT and THREAD take a charset as a required argument (RFC 5256): not "CHARSET".
-    assert c.cmd("t", "SORT (SUBJECT) UTF-8 ALL")[0] == b"* SORT 1"
+    # SORT and THREAD take a charset as a required argument (RFC 5256): UTF-8 is the only one
+    # left (RFC 6855 3 with its verified erratum 4029: other charsets SHOULD be BAD).
+    assert c.cmd("t", "SORT (SUBJECT) utf-8 ALL")[0] == b"* SORT 1"
+    assert c.cmd("t", "THREAD REFERENCES UTF-8 ALL")[0] == b"* THREAD (1)"
+    for command in ("SORT (SUBJECT) US-ASCII ALL", "UID THREAD REFERENCES US-ASCII ALL"):
+        assert c.cmd("t", command)[-1].startswith(b"t BAD"), command
+        assert plain.cmd("p", command)[-1].startswith(b"p OK"), command
 
 
 def test_names_in_utf8_and_modified_utf7_for_others(server, user, clients):

@@ -13,7 +13,8 @@ Both are switched on by the one ENABLE handler (commands/basic.py) and kept in
   grammar: BAD), LIST with LIST-EXTENDED's ``\\NonExistent``, ``OLDNAME`` after RENAME, and
   mailbox names in UTF-8.
 * UTF8=ACCEPT (RFC 6855 3, 4): mailbox names in UTF-8, ``APPEND ... UTF8 (literal)`` accepted,
-  ``SEARCH CHARSET`` refused with BAD.
+  ``SEARCH CHARSET`` refused with BAD, and SORT/THREAD with a charset other than UTF-8 too
+  (erratum 4029).
 """
 
 from __future__ import annotations
@@ -53,6 +54,14 @@ def check_charset(session, tokens: list) -> None:
     if utf8_accept(session) and tokens and isinstance(tokens[0], str) \
             and tokens[0].upper() == "CHARSET":
         raise Bad("SEARCH CHARSET is not allowed after ENABLE UTF8=ACCEPT (RFC 6855 3)")
+
+
+def check_sort_charset(session, token) -> None:
+    """RFC 6855 3 as corrected by its verified erratum 4029: once UTF8=ACCEPT is enabled, a
+    command whose charset is mandatory (SORT, THREAD) SHOULD be BAD for any charset but
+    UTF-8 (the strings are UTF-8 whatever the label says)."""
+    if utf8_accept(session) and str(token).upper() != "UTF-8":
+        raise Bad("Only the UTF-8 charset after ENABLE UTF8=ACCEPT (RFC 6855 3, erratum 4029)")
 
 
 def check_keys(session, program) -> None:

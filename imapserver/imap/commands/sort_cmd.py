@@ -39,7 +39,7 @@ from mailstore import threads as mailthreads
 
 from ..context import SELECTED, Bad, No, command
 from ..esearch import esearch_line, result_items
-from ..rev2 import check_keys
+from ..rev2 import check_keys, check_sort_charset
 from ..search import (
     SUPPORTED_CHARSETS,
     BadCharset,
@@ -122,6 +122,7 @@ def _program(ctx, tokens: list, uid_mode: bool, save: bool = False):
     if len(tokens) < 2:
         raise Bad(f"{ctx.name if ctx.uid_command is None else ctx.uid_command} needs a "
                   "charset and search criteria")
+    check_sort_charset(ctx.session, tokens[0])  # RFC 6855 3, erratum 4029
     selected = ctx.session.selected
     try:
         saved = selected.saved_uids() if mentions_saved(tokens) else []
