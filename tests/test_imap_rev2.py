@@ -152,6 +152,9 @@ def test_search_answers_esearch(server, user, clients):
         b'* ESEARCH (TAG "A4") MIN 1 COUNT 3'
     assert c.cmd("A5", "SEARCH CHARSET UTF-8 SUBJECT message")[0] == \
         b'* ESEARCH (TAG "A5") ALL 1:4'
+    # A MODSEQ key (RFC 7162 3.1.5) adds the ESEARCH form of the highest MODSEQ.
+    assert any(re.fullmatch(rb'\* ESEARCH \(TAG "A6"\) ALL 1:4 MODSEQ \d+', line)
+               for line in c.cmd("A6", "SEARCH MODSEQ 1"))
     assert old.cmd("s", "SELECT INBOX")[-1].startswith(b"s OK")
     assert old.cmd("B1", "SEARCH SEEN")[0] == b"* SEARCH 1 2 4"
 

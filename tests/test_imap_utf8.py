@@ -121,6 +121,12 @@ def test_replace_takes_utf8_too(server, user, clients):
                  UTF8_MESSAGE, b")\r\n")
     assert lines[-1] == b"r OK REPLACE completed"
     assert c.cmd("f", "FETCH 1 BODY.PEEK[]")[0].endswith(UTF8_MESSAGE + b")")
+    lines = send(c, "u", b"u UID REPLACE 2 Drafts (\\Seen) UTF8 (~{%d+}\r\n"
+                 % len(UTF8_MESSAGE), UTF8_MESSAGE, b")\r\n")
+    assert lines[-1] == b"u OK REPLACE completed"
+    # A literal8 is a message only there: not in another command's parentheses.
+    c.send(b"x UID FETCH 1 UTF8 (~{3+}\r\nabc)\r\n")
+    assert c.until_tagged("x")[-1].startswith(b"x BAD")
 
 
 def test_search_charset_is_bad_after_enable(server, user, clients):

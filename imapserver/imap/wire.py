@@ -86,7 +86,8 @@ def _message_literal(stack: list[list]) -> bool:
     if len(stack) == 2 and len(top) >= 4 and isinstance(top[-2], str) \
             and top[-2].upper() == "UTF8" and top[-1] is stack[1] and not stack[1]:
         # RFC 6855 4: append-data =/ "UTF8" SP "(" literal8 ")" (APPEND and REPLACE)
-        return isinstance(top[1], str) and top[1].upper() in ("APPEND", "REPLACE", "UID")
+        verb = [str(t).upper() for t in top[1:3] if isinstance(t, str)]
+        return verb[:1] in (["APPEND"], ["REPLACE"]) or verb == ["UID", "REPLACE"]
     return (len(stack) == 1 and len(top) >= 3 and isinstance(top[1], str)
             and top[1].upper() == "APPEND")
 
