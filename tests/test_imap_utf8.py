@@ -205,3 +205,20 @@ def test_envelope_of_8bit_headers_is_not_downgraded(server, user, clients):
     assert answers[0] == answers[1]
     subject = "Gr\u00fc\u00dfe aus K\u00f6ln".encode()
     assert b"{%d}\r\n%s" % (len(subject), subject) in answers[0][0]
+
+
+def test_response_text_spells_names_as_the_session_does(server, user, clients):
+    """RFC 3501 9: the text of a status response is 7-bit (TEXT-CHAR); a mailbox name in it
+    reaches a session that has not enabled UTF-8 in modified UTF-7, as it spelt the name.
+    After ENABLE UTF8=ACCEPT the text may be UTF-8 (RFC 6855 3, RFC 9051 9's ``text``)."""
+    c = login(server, user)
+    plain = login(server, user, enable=None)
+    clients += [c, plain]
+    lines = plain.cmd("s", "STATUS &ZeVnLIqe- (MESSAGES)")
+    assert lines == [b"s NO [NONEXISTENT] Mailbox does not exist: &ZeVnLIqe-"]
+    assert lines[0].isascii()
+    assert c.cmd("s", 'STATUS "\u65e5\u672c\u8a9e" (MESSAGES)') == [
+        "s NO [NONEXISTENT] Mailbox does not exist: \u65e5\u672c\u8a9e".encode()]
+    msg = message(1)
+    plain.send(b"a APPEND &ZeVnLIqe- {%d+}\r\n%s\r\n" % (len(msg), msg))
+    assert plain.until_tagged("a") == [b"a NO [TRYCREATE] Mailbox does not exist: &ZeVnLIqe-"]

@@ -123,7 +123,9 @@ class CommandContext:
         line = self.tag.encode() + b" " + status + b" "
         if code:
             line += b"[" + code.encode() + b"] "
-        line += text.encode("utf-8", "replace")
+        from .names import response_text  # names -> context: imported here, not at the top
+        from .rev2 import utf8_names
+        line += response_text(text, utf8_names(self.session))
         self.out.append(line)
         self.conn.write_lines(self.out)
         self.out = []

@@ -75,6 +75,17 @@ def encode_name(name: str, utf8: bool = False) -> bytes:
     return astring(name.encode("imap4-utf-7"))
 
 
+def response_text(text: str, utf8: bool) -> bytes:
+    """The human-readable text of a status response.  Mailbox names end up in it (``Mailbox
+    does not exist: ...``, the store's error texts); a session that has not enabled UTF-8
+    gets 7-bit text (RFC 3501 9: TEXT-CHAR), with non-ASCII text spelt in modified UTF-7 so
+    a name reads as the client spells it.  UTF-8 sessions get UTF-8 (RFC 9051 9 ``text``,
+    RFC 6855 3)."""
+    if utf8 or text.isascii():
+        return text.encode("utf-8", "replace")
+    return text.encode("imap4-utf-7")
+
+
 def normalize_new_name(name: str) -> str:
     """The name a UTF-8 session's CREATE or RENAME gives a new mailbox: its Unicode NFC form
     (RFC 9051 5.1: mailbox names comply with Net-Unicode, RFC 5198 2, which asks for NFC), so
