@@ -7,7 +7,7 @@ Both are switched on by the one ENABLE handler (commands/basic.py) and kept in
 ``session.enabled``; the points that render differently ask these functions:
 
 * IMAP4rev2 (RFC 9051 Appendix E): no ``RECENT`` response and no ``\\Recent`` flag (the session
-  does not claim \\Recent at all, so a IMAP4rev1 session still sees those messages as recent),
+  does not claim \\Recent at all, so an IMAP4rev1 session still sees those messages as recent),
   no ``OK [UNSEEN]`` at SELECT but an untagged ``LIST`` of the mailbox, ``ESEARCH`` answers to
   every SEARCH, no ``RECENT``/``NEW``/``OLD`` search keys or ``STATUS RECENT`` (gone from the
   grammar: BAD), LIST with LIST-EXTENDED's ``\\NonExistent``, ``OLDNAME`` after RENAME, and
