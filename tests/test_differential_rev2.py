@@ -17,7 +17,10 @@ place for clients that do not enable them, judges two things instead:
 
 IMAP4rev2's own responses (no RECENT, ESEARCH for SEARCH, LIST at SELECT, OLDNAME) have no
 judge in Dovecot 2.3: tests/test_imap_rev2.py checks them against RFC 9051's text and
-examples, and tests/test_imap_rev2_clients.py with imapclient and imaplib.
+examples, and tests/test_imap_rev2_clients.py with imapclient and imaplib.  What Dovecot can
+judge is that IMAP4rev2 changes nothing *else*: an IMAP4rev2 session of ours, with the
+differences RFC 9051 Appendix E lists undone, must match Dovecot's IMAP4rev1 session (the
+last test here).
 """
 
 from __future__ import annotations
@@ -257,3 +260,114 @@ def test_utf8_names_without_enable_stay_as_before(differential):
         ("A", 'EXAMINE "&Jjo-"'),
         ("A", "FETCH 1 (ENVELOPE BODY.PEEK[HEADER.FIELDS (SUBJECT)])"),
     ]))
+
+
+# -- IMAP4rev2 by translation ------------------------------------------------------------------
+
+def _expand(sequence_set: bytes) -> list[bytes]:
+    out = []
+    for part in sequence_set.split(b","):
+        low, _, high = part.partition(b":")
+        out += [b"%d" % n for n in range(int(low), int(high or low) + 1)]
+    return out
+
+
+def _verb(event) -> str:
+    words = event.sent.split(" ")
+    return words[1].upper() if len(words) > 1 else ""
+
+
+def _without_recent(events) -> list:
+    """RECENT responses and \\Recent flags dropped (IMAP4rev2 has neither, and which session
+    of the two is told of a message first differs once one of them is IMAP4rev2)."""
+    for e in events:
+        e.responses[:] = [r for r in e.responses
+                          if not (r.kind == "data" and r.data[1:2] == [b"RECENT"])]
+        for r in e.responses:
+            if r.kind == "data" and r.data[1:2] == [b"FETCH"] and isinstance(r.data[2], list):
+                items = r.data[2]
+                for i in range(0, len(items) - 1, 2):
+                    if items[i] == b"FLAGS" and isinstance(items[i + 1], list):
+                        items[i + 1] = [f for f in items[i + 1] if f != b"\\Recent"]
+    return events
+
+
+def _rev1_view_of_rev2(events) -> list:
+    """Our IMAP4rev2 transcript as IMAP4rev1 would have it (RFC 9051 Appendix E, undone):
+    no ENABLED (Dovecot enables nothing), no LIST at SELECT/EXAMINE or after RENAME/CREATE,
+    ESEARCH (TAG ...) [UID] ALL set back into SEARCH n..."""
+    for e in events:
+        kept = []
+        for r in e.responses:
+            if r.kind == "data" and r.data[:1] == [b"ENABLED"]:
+                continue
+            if r.kind == "data" and r.data[:1] == [b"LIST"] and _verb(e) in (
+                    "SELECT", "EXAMINE", "RENAME", "CREATE"):
+                continue
+            if r.kind == "data" and r.data[:1] == [b"ESEARCH"] and " RETURN " not in \
+                    e.sent.upper():
+                rest = [t for t in r.data[1:] if not isinstance(t, list) and t != b"UID"]
+                numbers = _expand(rest[1]) if rest[:1] == [b"ALL"] else []
+                r.data = [b"SEARCH", *numbers]
+            kept.append(r)
+        e.responses[:] = kept
+    return _without_recent(events)
+
+
+def _without_unseen_code(events) -> list:
+    """Dovecot's IMAP4rev1 SELECT/EXAMINE says OK [UNSEEN n]; IMAP4rev2 has no such line
+    (session A's only: B is IMAP4rev1 on both servers)."""
+    for e in events:
+        if e.client == "A" and _verb(e) in ("SELECT", "EXAMINE"):
+            e.responses[:] = [r for r in e.responses
+                              if not (r.kind == "status" and r.code and r.code[0] == b"UNSEEN")]
+    return _without_recent(events)
+
+
+REV2_SESSION = [
+    ("A", "ENABLE IMAP4rev2"),
+    *[("B", append("INBOX", message(n), "\\Seen" if n % 2 else "", date(n)))
+      for n in range(1, 6)],
+    ("A", "SELECT INBOX"),
+    ("A", "FETCH 1:* (UID FLAGS)"),
+    ("A", "SEARCH UNSEEN"),
+    ("A", "UID SEARCH SEEN"),
+    ("A", "SEARCH DELETED"),
+    ("A", "SEARCH RETURN (MIN MAX COUNT) ALL"),
+    ("A", "SEARCH CHARSET UTF-8 SUBJECT message"),
+    ("B", "SELECT INBOX"),
+    ("B", append("INBOX", message(6), "", date(6))),
+    ("A", "NOOP"),
+    ("A", "STORE 2 +FLAGS (\\Deleted \\Flagged)"),
+    ("B", "NOOP"),
+    ("A", "EXPUNGE"),
+    ("B", "NOOP"),
+    ("A", "UID SEARCH ALL"),
+    ("A", "STATUS Sent (MESSAGES UIDNEXT UNSEEN)"),
+    ("A", "CREATE Work/Reports"),
+    ("A", "RENAME Work/Reports Work/Done"),
+    ("A", 'LIST "" "Work*"'),
+    ("A", "EXAMINE Work/Done"),
+    ("A", "SELECT INBOX"),
+    ("A", "MOVE 1 Trash"),
+    ("A", "UID EXPUNGE 1:*"),
+    ("A", "FETCH 1:* (FLAGS)"),
+]
+
+
+def test_rev2_session_differs_only_as_rfc9051_says(differential):
+    """RFC 9051 Appendix E against Dovecot's IMAP4rev1: an IMAP4rev2 session of ours and
+    Dovecot's IMAP4rev1 session play the same commands (Dovecot ignores the ENABLE); with
+    the differences Appendix E lists undone -- RECENT and \\Recent (dropped on both sides,
+    for both sessions: which one is told first differs), OK [UNSEEN] (Dovecot's), the LIST
+    at SELECT and after RENAME/CREATE and ESEARCH instead of SEARCH (ours) -- the
+    transcripts agree word for word, so IMAP4rev2 changes nothing else."""
+    user = _new_user(differential, differential.ours, differential.dovecot)
+    ours = differential.play(differential.ours, Script("rev2", REV2_SESSION), user)
+    theirs = differential.play(differential.dovecot, Script("rev2", REV2_SESSION), user)
+    # The responses really were IMAP4rev2's before the translation.
+    flat = [r.data[:1] for e in ours for r in e.responses if r.kind == "data"]
+    assert [b"ESEARCH"] in flat and [b"LIST"] in flat and [b"SEARCH"] not in flat
+    _compare_tail(differential, "rev2", _rev1_view_of_rev2(ours),
+                  _without_unseen_code(theirs), len(ours),
+                  deliberate=("implicit-parents", "unsolicited-fetch-uid"))
