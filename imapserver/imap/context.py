@@ -40,7 +40,7 @@ _OPERATION_OF_COMMAND = {  # closures (``def run()``) of these commands
     "DELETE": "delete_mailbox", "STATUS": "mailbox_status", "APPEND": "append",
     "CLOSE": "expunge", "EXPUNGE": "expunge", "STORE": "store_flags", "COPY": "copy",
     "MOVE": "move", "SEARCH": "search", "SORT": "search", "THREAD": "search",
-    "REPLACE": "replace",
+    "REPLACE": "replace", "RENAME": "rename_mailbox",
 }
 
 
