@@ -756,6 +756,10 @@ def test_dovecot_advertises_what_we_do(differential):
     from test_differential_compress import CAPABILITIES_JUDGED_HERE as COMPRESS_JUDGED
     from test_differential_metadata import CAPABILITIES_JUDGED_HERE as METADATA_JUDGED
     from test_differential_quota import CAPABILITIES_JUDGED_HERE  # QUOTA needs its plugins
+
+    # IMAP4rev2, UTF8=ACCEPT: Dovecot 2.3 has neither; tests/test_differential_rev2.py says how
+    # they are judged instead.
+    from test_differential_rev2 import CAPABILITIES_JUDGED_HERE as REV2_JUDGED
     # CONTEXT=SORT (RFC 5267): Dovecot 2.3 does not advertise it (its UPDATE answers carry no
     # sort positions); tests/test_imap_context_sort.py checks it against the RFC's examples.
     # METADATA (RFC 5464) needs Dovecot's imap_metadata and an attribute dict: judged in
@@ -766,7 +770,7 @@ def test_dovecot_advertises_what_we_do(differential):
                              *CAPABILITIES_JUDGED_HERE, *COMPRESS_JUDGED, *METADATA_JUDGED,
                              # URLAUTH needs imap_urlauth_host: that Dovecot is the one of
                              # tests/test_differential_catenate.py.
-                             *CATENATE_JUDGED, *ACL_JUDGED}
+                             *CATENATE_JUDGED, *ACL_JUDGED, *REV2_JUDGED}
 
 
 def test_expunges_first_is_the_common_order():

@@ -46,7 +46,7 @@ _OPERATION_OF_COMMAND = {  # closures (``def run()``) of these commands
     "DELETE": "delete_mailbox", "STATUS": "mailbox_status", "APPEND": "append",
     "CLOSE": "expunge", "EXPUNGE": "expunge", "STORE": "store_flags", "COPY": "copy",
     "MOVE": "move", "SEARCH": "search", "SORT": "search", "THREAD": "search",
-    "REPLACE": "replace",
+    "REPLACE": "replace", "RENAME": "rename_mailbox",
     "NOTIFY": "notify",  # NOTIFY SET's first look, and each delivery's reads (RFC 5465)
     "GENURLAUTH": "urlauth", "RESETKEY": "urlauth", "URLFETCH": "urlauth",
 }
@@ -131,7 +131,9 @@ class CommandContext:
         line = self.tag.encode() + b" " + status + b" "
         if code:
             line += b"[" + code.encode() + b"] "
-        line += text.encode("utf-8", "replace")
+        from .names import response_text  # names -> context: imported here, not at the top
+        from .rev2 import utf8_names
+        line += response_text(text, utf8_names(self.session))
         self.out.append(line)
         self.conn.write_lines(self.out)
         self.out = []

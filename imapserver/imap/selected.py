@@ -89,6 +89,10 @@ class SelectedMailbox:
         self.recent: set[int] = set()
         self.recent_mark = mailbox.recent_uid  # the \Recent watermark as last seen
         self.reported_recent = 0  # the \Recent count the client was last told
+        # IMAP4rev2 has no \Recent (RFC 9051 Appendix E): such a session neither claims nor
+        # shows it, leaving the messages recent for an IMAP4rev1 session.
+        self.tracks_recent = True
+        self.has_children = False  # read at an IMAP4rev2 SELECT, for its LIST (RFC 9051 6.3.2)
         # Flag changes this session made and already reported: uid -> their MODSEQ.
         self.own_flags: dict[int, int] = {}
         # Keywords the client was told of in an untagged FLAGS: RFC 3501 7.2.6 lets a FETCH
@@ -123,7 +127,7 @@ class SelectedMailbox:
         from anyone, 6.3.2) it shows those nobody has claimed, as Dovecot does, and claims
         none.  ``watermark``: the \\Recent watermark if just read, else it is read."""
         top = self.index.marks.visible
-        if top <= known:
+        if top <= known or not self.tracks_recent:
             return
         if self.readonly:
             low = self.store.recent_watermark(self.mailbox) if watermark is None else watermark
@@ -136,6 +140,13 @@ class SelectedMailbox:
         if high > low:
             uids = self.index.uids
             self.recent.update(uids[bisect_right(uids, low):bisect_right(uids, high)])
+
+    def stop_recent(self) -> None:
+        """ENABLE IMAP4rev2 with this mailbox selected: from now on no \\Recent (RFC 9051
+        Appendix E).  What this session claimed stays claimed: it was already told."""
+        self.tracks_recent = False
+        self.recent = set()
+        self.reported_recent = 0
 
     def _recent_changes(self, changes: Changes) -> None:
         """RFC 3501 7.3.2: a RECENT response whenever the count changed (as Dovecot sends it),

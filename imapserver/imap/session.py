@@ -45,9 +45,10 @@ class Session:
         return min(limit, getattr(self.server.store, "max_message_size", limit))
 
     def capabilities(self) -> list[str]:
-        caps = ["IMAP4rev1", "LITERAL+", "SASL-IR", "ID", "ENABLE", "IDLE", "NAMESPACE",
-                "UIDPLUS", "MOVE", "UNSELECT", "CHILDREN", "SPECIAL-USE", "LIST-EXTENDED",
-                "LIST-STATUS", "MULTIAPPEND", "ESEARCH", "SEARCHRES", "WITHIN",
+        # RFC 9051 7.2.2: a server speaking both lists both; ENABLE IMAP4rev2 switches.
+        caps = ["IMAP4rev1", "IMAP4rev2", "LITERAL+", "SASL-IR", "ID", "ENABLE", "IDLE",
+                "NAMESPACE", "UIDPLUS", "MOVE", "UNSELECT", "CHILDREN", "SPECIAL-USE",
+                "LIST-EXTENDED", "LIST-STATUS", "MULTIAPPEND", "ESEARCH", "SEARCHRES", "WITHIN",
                 "CONTEXT=SEARCH", "CONTEXT=SORT", "SORT", "SORT=DISPLAY", "THREAD=ORDEREDSUBJECT",
                 "THREAD=REFERENCES", "ESORT", f"APPENDLIMIT={self.append_limit()}",
                 "STATUS=SIZE", "OBJECTID", "SAVEDATE", "PREVIEW", "BINARY"]
@@ -60,6 +61,7 @@ class Session:
         caps.append("COMPRESS=DEFLATE")  # RFC 4978 3 (the command needs a login)
         caps.append("NOTIFY")  # RFC 5465
         caps += ["ACL", "RIGHTS=texk", "LIST-MYRIGHTS"]  # RFC 4314 2.1.1, 3; RFC 8440
+        caps.append("UTF8=ACCEPT")  # RFC 6855 3 (switched on by ENABLE)
         if self.user is None:
             if not self.tls and self.server.tls_context is not None:
                 caps.append("STARTTLS")

@@ -80,13 +80,19 @@ _LITERAL8 = re.compile(rb"~\{[0-9]+\+?\}\Z")
 def _message_literal(stack: list[list]) -> bool:
     """Whether a literal arriving now may be a literal8: an APPEND message (RFC 3516 4.3, and
     RFC 4466's append-data; the mailbox name, the first argument, may not be one), a CATENATE
-    TEXT part (RFC 4469 5: message data too, taken as a literal8 as Dovecot's does) or a
-    SETMETADATA value (RFC 5464 5: ``value = nstring / literal8``, the second of each entry
-    and value pair in the list; never the entry name)."""
+    TEXT part (RFC 4469 5: message data too, taken as a literal8 as Dovecot's does), the
+    message inside ``UTF8 (...)`` (RFC 6855 4), which REPLACE takes too (RFC 8508 5:
+    append-message), or a SETMETADATA value (RFC 5464 5: ``value = nstring / literal8``, the
+    second of each entry and value pair in the list; never the entry name)."""
     top = stack[0]
     command = top[1].upper() if len(top) >= 2 and isinstance(top[1], str) else ""
     if command == "SETMETADATA":
         return len(stack) == 2 and len(top) == 4 and len(stack[1]) % 2 == 1
+    if len(stack) == 2 and len(top) >= 4 and isinstance(top[-2], str) \
+            and top[-2].upper() == "UTF8" and top[-1] is stack[1] and not stack[1]:
+        # RFC 6855 4: append-data =/ "UTF8" SP "(" literal8 ")" (APPEND and REPLACE)
+        verb = [str(t).upper() for t in top[1:3] if isinstance(t, str)]
+        return verb[:1] in (["APPEND"], ["REPLACE"]) or verb == ["UID", "REPLACE"]
     if not (len(top) >= 3 and command == "APPEND"):
         return False
     if len(stack) == 1:
@@ -246,27 +252,39 @@ def _section_end(line: bytes, i: int) -> int:
 
 # -- writing ---------------------------------------------------------------------------------
 
-def quoted_or_literal(value: bytes | str) -> bytes:
-    """An IMAP string: quoted when it can be, a literal otherwise (8-bit, CR/LF, quotes...)."""
+def quoted_or_literal(value: bytes | str, utf8: bool = False) -> bytes:
+    """An IMAP string: quoted when it can be, a literal otherwise (8-bit, CR/LF, quotes...).
+    With ``utf8`` (a session that enabled IMAP4rev2 or UTF8=ACCEPT) valid UTF-8 may be quoted
+    too (RFC 9051 9 ``QUOTED-CHAR =/ UTF8-2 / UTF8-3 / UTF8-4``, RFC 6855 3)."""
     if isinstance(value, str):
         value = value.encode("utf-8")
-    if len(value) < 1024 and _QUOTABLE.match(value) and value.isascii():
+    if len(value) < 1024 and _QUOTABLE.match(value) and (value.isascii() or (
+            utf8 and _valid_utf8(value))):
         return b'"' + value + b'"'
     return b"{%d}\r\n" % len(value) + value
+
+
+def _valid_utf8(value: bytes) -> bool:
+    try:
+        value.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
 
 
 def nstring(value: bytes | str | None) -> bytes:
     return b"NIL" if value is None else quoted_or_literal(value)
 
 
-def astring(value: bytes | str) -> bytes:
-    """An astring: a bare atom when it is one, else a string."""
+def astring(value: bytes | str, utf8: bool = False) -> bytes:
+    """An astring: a bare atom when it is one, else a string (``utf8``: see
+    :func:`quoted_or_literal`)."""
     if isinstance(value, str):
         value = value.encode("utf-8")
     if value and value.isascii() and not any(c in _ATOM_SPECIALS for c in value) \
             and value.upper() != b"NIL":
         return value
-    return quoted_or_literal(value)
+    return quoted_or_literal(value, utf8)
 
 
 def as_text(token, what: str = "argument") -> str:

@@ -4,7 +4,8 @@
     noop       = "NOOP"                  ; 6.1.2 (reports pending changes)
     logout     = "LOGOUT"                ; 6.1.3
     id         = "ID" SP ("(" *(string SP nstring) ")" / nil)   ; RFC 2971
-    enable     = "ENABLE" 1*(SP capability)                     ; RFC 5161
+    enable     = "ENABLE" 1*(SP capability)                     ; RFC 5161, RFC 9051 6.3.1
+                 ; CONDSTORE, QRESYNC (RFC 7162), IMAP4rev2 (RFC 9051), UTF8=ACCEPT (RFC 6855)
     check      = "CHECK"                 ; 6.4.1
 """
 
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 from twisted.internet import defer
 
+from .. import rev2 as rev2_switches
 from ..context import ANY, AUTH, SELECTED, Bad, command
 from ..wire import Atom, nstring
 from .common import report_changes
@@ -58,7 +60,8 @@ def ident(ctx):
     ctx.untagged(b"ID (" + b" ".join(fields) + b")")
 
 
-ENABLEABLE = ("CONDSTORE", "QRESYNC")
+ENABLEABLE = ("CONDSTORE", "QRESYNC", *rev2_switches.ENABLEABLE)
+_SPELLING = {name.upper(): name for name in ENABLEABLE}
 
 
 @command("ENABLE", AUTH, SELECTED)
@@ -72,8 +75,8 @@ def enable(ctx):
     session = ctx.session
     enabled = []
     for arg in ctx.args:
-        name = str(arg).upper()
-        if name in ENABLEABLE and name not in enabled:
+        name = _SPELLING.get(str(arg).upper())
+        if name is not None and name not in enabled:
             enabled.append(name)
     had_condstore = "CONDSTORE" in session.enabled
     session.enabled.update(enabled)
@@ -86,4 +89,8 @@ def enable(ctx):
         selected.modseqs = True
         highest = yield ctx.call(selected.highest_modseq)
         ctx.untagged(b"OK [HIGHESTMODSEQ %d] Highest" % highest)
+    if selected is not None and rev2_switches.rev2(session):
+        # RFC 9051 has no \Recent: a session switched while a mailbox is selected (RFC 5161
+        # 3.1 asks clients not to, servers need not refuse) stops showing and claiming it.
+        selected.stop_recent()
     ctx.untagged(b"ENABLED" + b"".join(b" " + name.encode() for name in enabled))

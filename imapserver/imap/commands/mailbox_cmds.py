@@ -38,13 +38,15 @@ from ..names import (
     decode_pattern,
     encode_name,
     lsub_names,
+    normalize_new_name,
     pattern_regex,
     recursive_match_parents,
 )
 from ..notify_session import note_own
 from ..qresync import in_set, missing, parse_select_params, ranges_text
+from ..rev2 import rev2, utf8_names
 from ..selected import SelectedMailbox
-from ..wire import Atom
+from ..wire import Atom, quoted_or_literal
 from .common import (
     enable_condstore,
     flags_lines,
@@ -61,16 +63,20 @@ STATUS_ITEMS = ("MESSAGES", "RECENT", "UIDNEXT", "UIDVALIDITY", "UNSEEN", "SIZE"
 
 
 def _open(store, user: str, name: str, readonly: bool, modseqs: bool = False,
-          qresync=None) -> tuple[SelectedMailbox, int, list[bytes]]:
+          qresync=None, rev2: bool = False) -> tuple[SelectedMailbox, int, list[bytes]]:
     """Open the mailbox: the session's view, its HIGHESTMODSEQ (RFC 7162 3.1.2.1) and, for a
     QRESYNC SELECT whose UIDVALIDITY still holds, the VANISHED (EARLIER) and FETCH responses
-    that resync the client (3.2.5.2)."""
+    that resync the client (3.2.5.2).  ``rev2``: an IMAP4rev2 session, which claims no
+    \\Recent and is told whether the mailbox has children (RFC 9051 6.3.2: the LIST)."""
     # RFC 4314 4: SELECT and EXAMINE need "r"; read-only without any right to change
     # something (s, w, i, t, e), as Dovecot answers.
     mailbox, rights = sharing.open_mailbox(store, user, name, "r")
     readonly = readonly or not rights & WRITE_RIGHTS
     selected = SelectedMailbox(store, mailbox, readonly, rights, viewer=user)
+    selected.tracks_recent = not rev2
     selected.load()
+    if rev2:
+        selected.has_children = bool(store.mailboxes.list(mailbox.owner, under=mailbox.name))
     selected.modseqs = modseqs
     highest = selected.highest_modseq()
     lines: list[bytes] = []
@@ -98,30 +104,37 @@ def _open(store, user: str, name: str, readonly: bool, modseqs: bool = False,
 def _select(ctx, readonly: bool):
     if not ctx.args:
         raise Bad(f"{ctx.name} takes a mailbox name")
-    name = decode_name(ctx.args[0])
-    # RFC 3501 6.3.1: a failed SELECT leaves no mailbox selected.  RFC 7162 3.2.11: what
-    # follows [CLOSED] is about the new mailbox (sent, as by Dovecot, before the parameters
-    # are even looked at, and whether QRESYNC is enabled or not).
+    # RFC 3501 6.3.1: a failed SELECT leaves no mailbox selected -- also one whose name is
+    # not valid in the session's encoding (NO, as Dovecot).  RFC 7162 3.2.11: what follows
+    # [CLOSED] is about the new mailbox (sent, as by Dovecot, before the parameters are even
+    # looked at, and whether QRESYNC is enabled or not).
     ctx.server.watchers.unwatch(ctx.session)
     if ctx.session.selected is not None:
         ctx.untagged(b"OK [CLOSED] Previous mailbox closed")
     ctx.session.selected = None
+    name = decode_name(ctx.args[0], utf8_names(ctx.session))
     params = parse_select_params(ctx.args[1:])
     if params.qresync and "QRESYNC" not in ctx.session.enabled:
         raise Bad("QRESYNC must be enabled first (RFC 7162 3.2.5)")
     if params.condstore:
         yield enable_condstore(ctx)
     condstore, _ = modseq_modes(ctx.session)
+    is_rev2 = rev2(ctx.session)
     selected, highest, resync = yield ctx.call(_open, ctx.store, ctx.session.user, name,
-                                               readonly, condstore, params.qresync)
+                                               readonly, condstore, params.qresync, is_rev2)
     ctx.session.selected = selected
     readonly = selected.readonly
     for line in flags_lines(sorted(selected.announced), readonly, selected.rights):
         ctx.untagged(line)
     ctx.untagged(b"%d EXISTS" % selected.exists)
-    ctx.untagged(b"%d RECENT" % len(selected.recent))
-    if selected.first_unseen is not None:
-        ctx.untagged(b"OK [UNSEEN %d] First unseen" % selected.first_unseen)
+    if is_rev2:
+        # RFC 9051 6.3.2: no RECENT and no OK [UNSEEN] (Appendix E), but the mailbox's LIST
+        # -- its name as stored, with its attributes.
+        ctx.untagged(_selected_list_line(selected))
+    else:
+        ctx.untagged(b"%d RECENT" % len(selected.recent))
+        if selected.first_unseen is not None:
+            ctx.untagged(b"OK [UNSEEN %d] First unseen" % selected.first_unseen)
     ctx.untagged(b"OK [UIDVALIDITY %d] UIDs valid" % selected.mailbox.uidvalidity)
     # The mailbox row was read before the index: a message may have arrived in between.
     uidnext = max(selected.mailbox.uidnext, selected.index.marks.visible + 1)
@@ -134,6 +147,22 @@ def _select(ctx, readonly: bool):
     for line in resync:
         ctx.untagged(line)
     ctx.finish(b"OK", f"{ctx.name} completed", "READ-ONLY" if readonly else "READ-WRITE")
+
+
+def _selected_list_line(selected) -> bytes:
+    """The untagged LIST an IMAP4rev2 SELECT/EXAMINE sends (RFC 9051 6.3.2, always UTF-8)."""
+    mailbox = selected.mailbox
+    attrs = ["\\HasChildren" if selected.has_children else "\\HasNoChildren"]
+    if mailbox.special_use:
+        attrs.append(mailbox.special_use)
+    return f"LIST ({' '.join(attrs)}) \"{DELIMITER}\" ".encode() + encode_name(mailbox.name, True)
+
+
+def _oldname_line(name: str, oldname: str) -> bytes:
+    """``LIST () "/" name ("OLDNAME" (oldname))``: the OLDNAME extended data item (RFC 9051
+    6.3.9, from RFC 5465 5.4), telling an IMAP4rev2 client what a name became."""
+    return (f"LIST () \"{DELIMITER}\" ".encode() + encode_name(name, True)
+            + b' ("OLDNAME" (' + quoted_or_literal(oldname, utf8=True) + b"))")
 
 
 @command("SELECT", AUTH, SELECTED)
@@ -150,12 +179,20 @@ def examine(ctx):
 @defer.inlineCallbacks
 def create(ctx):
     ctx.expect_args(1, 2)
-    name = decode_name(ctx.args[0]).rstrip(DELIMITER)  # RFC 3501: a trailing delimiter is ok
+    utf8 = utf8_names(ctx.session)
+    given = decode_name(ctx.args[0], utf8)
+    name = given.rstrip(DELIMITER)  # RFC 3501: a trailing delimiter is ok
+    if utf8:
+        name = normalize_new_name(name)  # RFC 9051 5.1: Net-Unicode, NFC
     use = creatable_use(ctx.args[1]) if len(ctx.args) == 2 else None
     if name.upper() == "INBOX":
         raise No("INBOX always exists", "ALREADYEXISTS")
     mailbox = yield ctx.call(sharing.create_mailbox, ctx.store, ctx.session.user, name, use)
     note_own(ctx.session, names=[mailbox.name])
+    shown = public_name(ctx.session.user, mailbox.owner, mailbox.name)
+    if rev2(ctx.session) and shown != given.rstrip(DELIMITER):
+        # RFC 9051 6.3.4: a name the server changed (NFC, INBOX's case) is told with OLDNAME.
+        ctx.untagged(_oldname_line(shown, given.rstrip(DELIMITER)))
     ctx.finish(b"OK", "CREATE completed", f"MAILBOXID ({mailbox_id(mailbox.id)})")
 
 
@@ -163,7 +200,7 @@ def create(ctx):
 @defer.inlineCallbacks
 def delete(ctx):
     ctx.expect_args(1)
-    name = decode_name(ctx.args[0])
+    name = decode_name(ctx.args[0], utf8_names(ctx.session))
     user = ctx.session.user
 
     def run():
@@ -184,16 +221,24 @@ def delete(ctx):
 @defer.inlineCallbacks
 def rename(ctx):
     ctx.expect_args(2)
-    old, new = decode_name(ctx.args[0]), decode_name(ctx.args[1])
+    utf8 = utf8_names(ctx.session)
+    old, new = decode_name(ctx.args[0], utf8), decode_name(ctx.args[1], utf8)
+    if utf8:
+        new = normalize_new_name(new)  # RFC 9051 5.1: Net-Unicode, NFC
     renamed = yield ctx.call(sharing.rename_mailbox, ctx.store, ctx.session.user, old, new)
     note_own(ctx.session, names=[m.name for m in renamed])
+    if rev2(ctx.session) and renamed:
+        # RFC 9051 6.3.6 and 6.3.9.7: the new name (as stored: NFC, INBOX's case) with the
+        # old one as OLDNAME, so the client can carry its state for the mailbox across.
+        top = renamed[0]
+        ctx.untagged(_oldname_line(public_name(ctx.session.user, top.owner, top.name), old))
 
 
 @command("SUBSCRIBE", AUTH, SELECTED)
 @defer.inlineCallbacks
 def subscribe(ctx):
     ctx.expect_args(1)
-    name = decode_name(ctx.args[0])
+    name = decode_name(ctx.args[0], utf8_names(ctx.session))
     yield ctx.call(ctx.store.subscribe, ctx.session.user, name)
     note_own(ctx.session, subscriptions=[name])
 
@@ -202,7 +247,7 @@ def subscribe(ctx):
 @defer.inlineCallbacks
 def unsubscribe(ctx):
     ctx.expect_args(1)
-    name = decode_name(ctx.args[0])
+    name = decode_name(ctx.args[0], utf8_names(ctx.session))
     yield ctx.call(ctx.store.unsubscribe, ctx.session.user, name)
     note_own(ctx.session, subscriptions=[name])
 
@@ -252,10 +297,15 @@ class ListRequest:
         self.extended = False
         self.special_only = False
         self.myrights = False
+        self.nonexistent = False  # \NonExistent for implied parents without LIST-EXTENDED
 
 
-def _parse_list(args) -> tuple[ListRequest, str, list[str]]:
+def _parse_list(args, session=None) -> tuple[ListRequest, str, list[str]]:
     req = ListRequest()
+    utf8 = utf8_names(session)
+    # IMAP4rev2 includes LIST-EXTENDED (RFC 9051 6.3.9): names that do not exist are
+    # \NonExistent, also in a LIST without selection or return options.
+    req.nonexistent = rev2(session)
     args = list(args)
     if args and isinstance(args[0], list):
         req.extended = True
@@ -276,9 +326,9 @@ def _parse_list(args) -> tuple[ListRequest, str, list[str]]:
     if len(args) < 2:
         raise Bad("LIST takes a reference and a mailbox pattern")
     # Names are sent in modified UTF-7: a reference or pattern that is not matches no name.
-    reference = decode_pattern(args[0]) if args[0] != b"" else ""
+    reference = decode_pattern(args[0], utf8) if args[0] != b"" else ""
     patterns_arg = args[1]
-    patterns = [decode_pattern(p) if p != b"" else "" for p in
+    patterns = [decode_pattern(p, utf8) if p != b"" else "" for p in
                 (patterns_arg if isinstance(patterns_arg, list) else [patterns_arg])]
     rest = args[2:]
     if rest:
@@ -299,7 +349,7 @@ def _parse_list(args) -> tuple[ListRequest, str, list[str]]:
             elif word == "MYRIGHTS":
                 req.myrights = True  # RFC 8440 2
             elif word == "STATUS" and i + 1 < len(opts) and isinstance(opts[i + 1], list):
-                req.status = _status_items(opts[i + 1])
+                req.status = _status_items(opts[i + 1], session)
                 i += 1
             else:
                 raise Bad(f"Unknown LIST return option {opts[i]}")
@@ -307,12 +357,14 @@ def _parse_list(args) -> tuple[ListRequest, str, list[str]]:
     return req, reference, patterns
 
 
-def _status_items(items) -> list[str]:
+def _status_items(items, session=None) -> list[str]:
     out = []
     for item in items:
         word = str(item).upper()
         if word not in STATUS_ITEMS:
             raise Bad(f"Unknown STATUS item {item}")
+        if word == "RECENT" and rev2(session):
+            raise Bad("STATUS RECENT is not in IMAP4rev2 (RFC 9051 6.3.11)")
         out.append(word)
     if not out:
         raise Bad("STATUS needs at least one item")
@@ -348,7 +400,8 @@ def _deleted_counts(store, mailboxes, items) -> dict[bytes, dict[str, int]]:
 
 
 def _status_line(mailbox, items: list[str], recent: int = 0,
-                 extra: dict[str, int] | None = None, name: str | None = None) -> bytes:
+                 extra: dict[str, int] | None = None, name: str | None = None,
+                 utf8: bool = False) -> bytes:
     # SIZE is the mailbox's size counter, which every append, copy, move and expunge keeps
     # (docs/decisions/0004; fsck repairs it): RFC 8438 asks for the sum of RFC822.SIZE.
     # ``extra``: the items worked out apart (DELETED, DELETED-STORAGE, HIGHESTMODSEQ).
@@ -356,14 +409,15 @@ def _status_line(mailbox, items: list[str], recent: int = 0,
               "UIDVALIDITY": mailbox.uidvalidity, "UNSEEN": mailbox.unseen,
               "SIZE": mailbox.size, "MAILBOXID": f"({mailbox_id(mailbox.id)})", **(extra or {})}
     body = " ".join(f"{item} {values[item]}" for item in items)
-    return b"STATUS " + encode_name(mailbox.name if name is None else name) + b" (" \
+    return b"STATUS " + encode_name(mailbox.name if name is None else name, utf8) + b" (" \
         + body.encode() + b")"
 
 
 @command("LIST", AUTH, SELECTED)
 @defer.inlineCallbacks
 def list_(ctx):
-    req, reference, patterns = _parse_list(ctx.args)
+    req, reference, patterns = _parse_list(ctx.args, ctx.session)
+    utf8 = utf8_names(ctx.session)
     if patterns == [""] and not req.extended:
         # RFC 3501 6.3.8: the hierarchy delimiter and root.
         ctx.untagged(b'LIST (\\Noselect) "/" ""')
@@ -413,8 +467,10 @@ def list_(ctx):
                 attrs.append("\\NonExistent")
             elif not exists:
                 # A name with children but no mailbox of its own (the namespace roots
-                # "Other Users" and "Other Users/<owner>", RFC 2342): as Dovecot answers.
-                attrs += ["\\Noselect", "\\HasChildren"]
+                # "Other Users" and "Other Users/<owner>", RFC 2342): as Dovecot answers;
+                # \NonExistent for an IMAP4rev2 session (RFC 9051 6.3.9).
+                attrs += ["\\NonExistent" if req.nonexistent else "\\Noselect",
+                          "\\HasChildren"]
         elif not exists:
             attrs.append("\\NonExistent")
         if exists or name in candidates:
@@ -424,7 +480,7 @@ def list_(ctx):
         if mailbox is not None and mailbox.special_use and req.return_special_use:
             attrs.append(mailbox.special_use)
         attr_text = " ".join(a for a in attrs if a)
-        line = f"LIST ({attr_text}) \"{DELIMITER}\" ".encode() + encode_name(name)
+        line = f"LIST ({attr_text}) \"{DELIMITER}\" ".encode() + encode_name(name, utf8)
         # RFC 5258 4, example 9 (eps2): a subscribed mailbox with subscribed descendants
         # has CHILDINFO too, whether or not they are answered themselves (as in Dovecot).
         if name in lifted or req.recursive and name in subscribed and any(
@@ -433,13 +489,14 @@ def list_(ctx):
         lines.append(line)
         if req.myrights and mailbox is not None:
             # RFC 8440 2: right after the mailbox's LIST response.
-            lines.append(b"MYRIGHTS " + encode_name(name) + b" "
+            lines.append(b"MYRIGHTS " + encode_name(name, utf8) + b" "
                          + format_rights(rights_of[mailbox.id]).encode())
         if req.status and mailbox is not None and "r" in rights_of[mailbox.id]:
             lines.append(_status_line(mailbox, req.status, recents.get(mailbox.id, 0),
                                       {**deleted.get(mailbox.id, {}),
                                        **({"HIGHESTMODSEQ": highests[mailbox.id]}
-                                          if mailbox.id in highests else {})}))
+                                          if mailbox.id in highests else {})},
+                                      name=name, utf8=utf8))
     for line in lines:
         ctx.untagged(line)
 
@@ -448,25 +505,29 @@ def list_(ctx):
 @defer.inlineCallbacks
 def lsub(ctx):
     ctx.expect_args(2)
-    reference = decode_pattern(ctx.args[0]) if ctx.args[0] != b"" else ""
-    pattern = decode_pattern(ctx.args[1]) if ctx.args[1] != b"" else ""
+    # RFC 9051 drops LSUB (Appendix E: LIST (SUBSCRIBED) replaces it); it stays for every
+    # session, answering in the session's name encoding.
+    utf8 = utf8_names(ctx.session)
+    reference = decode_pattern(ctx.args[0], utf8) if ctx.args[0] != b"" else ""
+    pattern = decode_pattern(ctx.args[1], utf8) if ctx.args[1] != b"" else ""
     if reference is None or pattern is None:
         return  # not modified UTF-7: no name matches
     visible, subscribed = yield ctx.call(_list_data, ctx.store, ctx.session.user)
     names = {m.name for m, _rights in visible}
     for name, parent_only in lsub_names(subscribed, reference, pattern):
         attrs = "" if name in names and not parent_only else "\\Noselect"
-        ctx.untagged(f"LSUB ({attrs}) \"{DELIMITER}\" ".encode() + encode_name(name))
+        ctx.untagged(f"LSUB ({attrs}) \"{DELIMITER}\" ".encode() + encode_name(name, utf8))
 
 
 @command("STATUS", AUTH, SELECTED)
 @defer.inlineCallbacks
 def status(ctx):
     ctx.expect_args(2)
-    name = decode_name(ctx.args[0])
+    utf8 = utf8_names(ctx.session)
+    name = decode_name(ctx.args[0], utf8)
     if not isinstance(ctx.args[1], list):
         raise Bad("STATUS items must be a parenthesized list")
-    items = _status_items(ctx.args[1])
+    items = _status_items(ctx.args[1], ctx.session)
     selected = ctx.session.selected
 
     if "HIGHESTMODSEQ" in items:
@@ -484,5 +545,6 @@ def status(ctx):
     except NotFound:
         raise No(f"Mailbox does not exist: {name}", "NONEXISTENT") from None
     ctx.untagged(_status_line(mailbox, items, recent, extra,
-                              public_name(ctx.session.user, mailbox.owner, mailbox.name)))
+                              public_name(ctx.session.user, mailbox.owner, mailbox.name),
+                              utf8=utf8))
 

@@ -2,7 +2,9 @@
 
     append   = "APPEND" SP mailbox 1*(SP [flag-list SP] [date-time SP] append-data)
                                                ; RFC 3501 6.3.11, RFC 3502 MULTIAPPEND
-    append-data = literal / "CATENATE" SP "(" cat-part *(SP cat-part) ")"   ; RFC 4469 5
+    append-data = literal / literal8 / "UTF8" SP "(" literal8 ")"
+                                               ; RFC 3516, RFC 6855 4 (after ENABLE)
+                / "CATENATE" SP "(" cat-part *(SP cat-part) ")"   ; RFC 4469 5
     expunge  = "EXPUNGE"                       ; 6.4.3
     uid-exp  = "UID EXPUNGE" SP sequence-set   ; RFC 4315
     store    = "STORE" SP sequence-set [SP "(" "UNCHANGEDSINCE" SP mod-sequence-valzer ")"]
@@ -31,6 +33,7 @@ from ..catenate import Catenate, build_message, parse_catenate
 from ..context import AUTH, SELECTED, Bad, No, command
 from ..names import decode_name
 from ..notify_session import note_own
+from ..rev2 import utf8_accept, utf8_names
 from ..seqset import parse_seqset
 from ..wire import Atom, Literal
 from .common import (
@@ -153,11 +156,15 @@ def parse_flag_args(args) -> list[str]:
 
 def take_append_message(args: list, verb: str, session=None
                         ) -> tuple[list[str], float | None, object]:
-    """Take one ``[flag-list SP] [date-time SP] (literal / CATENATE (...))`` off the front of
-    ``args`` (RFC 3501 6.3.11 append-message, RFC 4469 5 append-data; RFC 8508 REPLACE takes
-    the same): ``(flags, internal date or None, message)``, the message a literal's bytes, a
-    spooled file, or a :class:`~imapserver.imap.catenate.Catenate` (only when ``session`` is
-    given: its selected mailbox is the base of ``;UID=`` URLs).  BAD without a message."""
+    """Take one ``[flag-list SP] [date-time SP] append-data`` off the front of ``args`` (RFC
+    3501 6.3.11 append-message, RFC 4469 5; RFC 8508 REPLACE takes the same): ``(flags,
+    internal date or None, message)``, the message a literal's bytes, a spooled file, or a
+    :class:`~imapserver.imap.catenate.Catenate` (only when ``session`` is given: its selected
+    mailbox is the base of ``;UID=`` URLs).  BAD without a message.
+
+    Once the session enabled UTF8=ACCEPT, ``UTF8 (literal8)`` may carry the message (RFC 6855
+    4: a message with UTF-8 headers, RFC 6532; stored as any other).  Before that ENABLE the
+    data item is BAD (RFC 6855 4: only after ENABLE UTF8=ACCEPT)."""
     flags, date = [], None
     if args and isinstance(args[0], list):
         flags = parse_flag_args([args.pop(0)])
@@ -169,7 +176,15 @@ def take_append_message(args: list, verb: str, session=None
         base = (selected.mailbox.name, selected.mailbox.uidvalidity) if selected else None
         args.pop(0)
         return flags, date, parse_catenate(args.pop(0), base)
-    if not args or not (isinstance(args[0], Literal) or hasattr(args[0], "read")):
+    if args and isinstance(args[0], Atom) and args[0].upper() == "UTF8":
+        if session is None or not utf8_accept(session):
+            raise Bad(f"{verb} UTF8 needs ENABLE UTF8=ACCEPT first (RFC 6855 4)")
+        if len(args) < 2 or not isinstance(args[1], list) or len(args[1]) != 1 or not _message(
+                args[1][0]):
+            raise Bad(f"{verb} UTF8 takes one message literal in parentheses")
+        args.pop(0)
+        return flags, date, args.pop(0)[0]
+    if not args or not _message(args[0]):
         raise Bad(f"{verb} expects a message literal")
     return flags, date, args.pop(0)
 
@@ -200,6 +215,11 @@ def assemble(ctx, message, check_quota: bool = True):
                          ctx.session.append_limit(), check_quota)
 
 
+def _message(token) -> bool:
+    """Whether ``token`` is a message: a literal, in memory or spooled to a file."""
+    return isinstance(token, Literal) or hasattr(token, "read")
+
+
 def _writable(ctx, need: str = ""):
     """The selected mailbox may be changed, and the ACL gives every right in ``need``
     (RFC 4314 4): NO [READ-ONLY] or NO [NOPERM] otherwise."""
@@ -216,7 +236,7 @@ def _writable(ctx, need: str = ""):
 def append(ctx):
     if len(ctx.args) < 2:
         raise Bad("APPEND takes a mailbox and a message")
-    name = decode_name(ctx.args[0])
+    name = decode_name(ctx.args[0], utf8_names(ctx.session))
     messages = []
     args = ctx.args[1:]
     user = ctx.session.user
@@ -363,7 +383,7 @@ def _transfer(ctx, uid_mode: bool, move: bool):
     if move:
         _writable(ctx, "te")  # RFC 6851 3.3 / RFC 4314 4: the source loses them
     uids = resolve(ctx, ctx.args[0], uid_mode)
-    name = decode_name(ctx.args[1])
+    name = decode_name(ctx.args[1], utf8_names(ctx.session))
     selected = ctx.session.selected
     user = ctx.session.user
 

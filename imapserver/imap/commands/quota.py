@@ -30,6 +30,7 @@ from mailstore.users import QuotaUsage
 
 from ..context import AUTH, SELECTED, Bad, No, command
 from ..names import decode_name, encode_name
+from ..rev2 import utf8_names
 from ..wire import ParseError, as_text, astring
 
 ROOT = "User quota"
@@ -82,8 +83,9 @@ def _others(user: str, name: str) -> bool:
 @defer.inlineCallbacks
 def getquotaroot(ctx):
     ctx.expect_args(1)
-    name = decode_name(ctx.args[0])  # need not exist (RFC 9208 4.1.2); echoed as given
-    line = b"QUOTAROOT " + encode_name(name)
+    utf8 = utf8_names(ctx.session)
+    name = decode_name(ctx.args[0], utf8)  # need not exist (RFC 9208 4.1.2); echoed as given
+    line = b"QUOTAROOT " + encode_name(name, utf8)
     if _others(ctx.session.user, name):
         # Another user's or a shared mailbox (RFC 4314): its quota is its owner's, which is
         # not the asker's to see; no root, whether the mailbox exists or not.

@@ -4,6 +4,7 @@
     uid-replace = "UID" SP "REPLACE" SP uniqueid SP mailbox append-message
     append-message = [SP flag-list] [SP date-time] SP append-data       ; as APPEND's
     append-data    = literal / "CATENATE" SP "(" cat-part *(SP cat-part) ")"   ; RFC 4469
+                                                   ; (UTF8 (...) too: RFC 6855 4)
 
 The new message is appended to ``mailbox`` and the replaced one expunged from the selected
 mailbox (RFC 8508 3.4), by ``MailStore.replace`` in that order (docs/decisions/0017).  The
@@ -18,6 +19,7 @@ from twisted.internet import defer
 
 from ..context import SELECTED, Bad, No, command
 from ..names import decode_name
+from ..rev2 import utf8_names
 from ..wire import Atom
 from .common import report_changes
 from .message_cmds import (
@@ -48,7 +50,7 @@ def replace_command(ctx, uid_mode: bool):
         raise Bad("REPLACE takes a message number, a mailbox and a message")
     args = list(ctx.args)
     token = args.pop(0)
-    name = decode_name(args.pop(0))
+    name = decode_name(args.pop(0), utf8_names(ctx.session))
     try:
         flags, date, message = take_append_message(args, "REPLACE", ctx.session)
         if args:

@@ -13,7 +13,8 @@ the messages returned (``* SEARCH 2 5 (MODSEQ 917)``, or ``MODSEQ 917`` in the E
 
 The search itself is in ../search*.py, the ESEARCH response in ../esearch.py, update contexts
 in ../search_updates.py.  Without RETURN the answer is ``* SEARCH``; with it, one ``* ESEARCH``
-(none for ``RETURN (SAVE)`` alone, RFC 5182 2.1).
+(none for ``RETURN (SAVE)`` alone, RFC 5182 2.1).  Once IMAP4rev2 is enabled a SEARCH
+without RETURN is RETURN (ALL): ``* ESEARCH (TAG "a1") [UID] ALL ...`` (RFC 9051 6.4.4).
 
 The saved result (``$``), RFC 5182 2.1 and as Dovecot does it: a SEARCH with SAVE that
 succeeds replaces it; one answered NO (unsupported charset, store failure) empties it; one
@@ -26,9 +27,10 @@ from twisted.internet import defer
 
 from ..context import SELECTED, Bad, No, command
 from ..esearch import esearch_line, result_items
+from ..rev2 import check_charset, check_keys, rev2
 from ..search import BadCharset, answerable_from_flags, evaluate, parse_search
 from ..search_parse import ModseqKey, walk
-from ..search_return import split_return
+from ..search_return import ReturnOptions, split_return
 from ..search_updates import noupdate_line
 from .common import enable_condstore
 
@@ -44,6 +46,11 @@ def search_command(ctx, uid_mode: bool):
         raise Bad(str(exc)) from None
     if options is not None and options.update and ctx.tag in selected.contexts.by_tag:
         raise Bad("Tag reuse")  # RFC 5267 4.3: the tag names a context still updating
+    check_charset(ctx.session, rest)  # RFC 6855 3: BAD after ENABLE UTF8=ACCEPT
+    if options is None and rev2(ctx.session):
+        # RFC 9051 6.4.4: an IMAP4rev2 SEARCH without RETURN is RETURN (ALL), answered by
+        # ESEARCH (the SEARCH response is IMAP4rev1's only, Appendix E).
+        options = ReturnOptions(all=True)
     try:
         # The saved result is looked up only when "$" is used: it may be long.
         saved = selected.saved_uids() if mentions_saved(rest) else []
@@ -54,6 +61,7 @@ def search_command(ctx, uid_mode: bool):
         raise No("Unsupported charset", "BADCHARSET (US-ASCII UTF-8)") from None
     except ValueError as exc:
         raise Bad(str(exc)) from None
+    check_keys(ctx.session, program)  # no RECENT/NEW/OLD in IMAP4rev2 (RFC 9051 9)
     uids = list(selected.uids)
     recent = set(selected.recent)
     with_modseq = any(isinstance(k, ModseqKey) for k in walk(program.key))

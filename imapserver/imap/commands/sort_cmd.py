@@ -39,6 +39,7 @@ from mailstore import threads as mailthreads
 
 from ..context import SELECTED, Bad, No, command
 from ..esearch import esearch_line, result_items
+from ..rev2 import check_keys, check_sort_charset
 from ..search import (
     SUPPORTED_CHARSETS,
     BadCharset,
@@ -121,10 +122,13 @@ def _program(ctx, tokens: list, uid_mode: bool, save: bool = False):
     if len(tokens) < 2:
         raise Bad(f"{ctx.name if ctx.uid_command is None else ctx.uid_command} needs a "
                   "charset and search criteria")
+    check_sort_charset(ctx.session, tokens[0])  # RFC 6855 3, erratum 4029
     selected = ctx.session.selected
     try:
         saved = selected.saved_uids() if mentions_saved(tokens) else []
-        return parse_search(["CHARSET", *tokens], uid_mode=uid_mode, saved=saved)
+        program = parse_search(["CHARSET", *tokens], uid_mode=uid_mode, saved=saved)
+        check_keys(ctx.session, program)  # no RECENT/NEW/OLD in IMAP4rev2 (RFC 9051 9)
+        return program
     except BadCharset:
         if save:
             selected.saved = []
