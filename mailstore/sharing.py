@@ -45,10 +45,11 @@ def _locate(user: str, imap_name: str) -> Location:
     return location
 
 
-def open_mailbox(store, user: str, imap_name: str, need: str = ""
+def open_mailbox(store, user: str, imap_name: str, need: str = "", any_of: str = ""
                  ) -> tuple[Mailbox, frozenset[str]]:
     """``(mailbox, rights)`` for the mailbox ``user`` calls ``imap_name``, if the ACL grants
-    every right in ``need`` (with ``need`` empty: any right at all, as MYRIGHTS asks).
+    every right in ``need`` (with ``need`` empty: any right at all, as MYRIGHTS asks) and,
+    with ``any_of``, at least one of those (METADATA: ``l`` and one of ``rswip``).
 
     Raises NotFound (text ``no such mailbox: <imap_name>``) when it does not exist or the
     user lacks ``l`` as well as what is needed, PermissionDenied when the user may see it but
@@ -64,7 +65,7 @@ def open_mailbox(store, user: str, imap_name: str, need: str = ""
     except NotFound:
         raise _missing(imap_name) from None
     rights = rights_of(user, mailbox.owner, mailbox.acl)
-    if not _allows(rights, need):
+    if not _allows(rights, need) or (any_of and not rights & set(any_of)):
         if "l" in rights:
             raise PermissionDenied(DENIED)
         raise _missing(imap_name)

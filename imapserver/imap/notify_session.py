@@ -48,6 +48,7 @@ from .notify_spec import (
     SUBSCRIPTION_CHANGE,
     NotifySpec,
 )
+from .rev2 import utf8_names
 from .wire import Atom
 
 MAX_WATCHED = 10_000
@@ -69,9 +70,9 @@ def _status_values(mailbox, highest: int | None) -> tuple[int, int, int, int | N
     return mailbox.messages, mailbox.uidnext, mailbox.unseen, highest
 
 
-def status_line(name: str, items: list[tuple[str, int]]) -> bytes:
+def status_line(name: str, items: list[tuple[str, int]], utf8: bool = False) -> bytes:
     body = " ".join(f"{item} {value}" for item, value in items)
-    return b"STATUS " + encode_name(name) + b" (" + body.encode() + b")"
+    return b"STATUS " + encode_name(name, utf8) + b" (" + body.encode() + b")"
 
 
 def _attrs(name: str, existing: set[str], subscribed: set[str]) -> list[str]:
@@ -82,12 +83,15 @@ def _attrs(name: str, existing: set[str], subscribed: set[str]) -> list[str]:
     return [*out, "\\HasChildren" if child else "\\HasNoChildren"]
 
 
-def _list_line(name: str, attrs: list[str], oldname: str | None = None) -> bytes:
+def _list_line(name: str, attrs: list[str], oldname: str | None = None,
+               utf8: bool = False) -> bytes:
+    """A LIST notification, names in the session's spelling (UTF-8 once enabled: RFC 6855
+    3, RFC 9051 5.1)."""
     line = b"LIST (" + " ".join(attrs).encode() + f') "{DELIMITER}" '.encode() + \
-        encode_name(name)
+        encode_name(name, utf8)
     if oldname is not None:
         # RFC 5465 5.4 / RFC 5258 6: the extended data item of a rename.
-        line += b' ("OLDNAME" (' + encode_name(oldname) + b"))"
+        line += b' ("OLDNAME" (' + encode_name(oldname, utf8) + b"))"
     return line
 
 
@@ -111,6 +115,7 @@ class NotifyState:
         self.own_names: set[str] = set()      # names this session itself changed
         self.own_subscriptions: set[str] = set()  # and (un)subscribed
         self.own_mailboxes: set[str] = set()  # mailboxes this session itself appended to
+        self.own_metadata: set[tuple[str, str]] = set()  # (mailbox or "", entry) it set
         self.idle = None                      # the IDLE in progress, if any
         self.queued = False                   # a delivery is queued or running
         self.again = False
@@ -217,7 +222,7 @@ class NotifyState:
                      ("UIDVALIDITY", mailbox.uidvalidity), ("UNSEEN", mailbox.unseen)]
             if condstore:
                 items.append(("HIGHESTMODSEQ", store.highest_modseq(mailbox)))
-            lines.append(status_line(mailbox.name, items))
+            lines.append(status_line(mailbox.name, items, utf8_names(self.session)))
         return lines
 
     # -- delivery --------------------------------------------------------------------------------
@@ -333,7 +338,7 @@ class NotifyState:
             found["mailboxes"] = store.list_mailboxes(self.user)
         if subs or lists:
             found["subscribed"] = set(store.subscriptions(self.user))
-        if meta and metadata_supported(store):
+        if meta and self.metadata is not None:
             found["metadata"] = store.metadata_digest(self.user)
         rows = store.mailboxes_by_id(self.user, ids) if ids else {}
         found["rows"] = {mid: (m, store.highest_modseq(m) if self._modseqs(mid) else None)
@@ -373,6 +378,7 @@ class NotifyState:
         lines = []
         old = self.names
         everything = set(names.values())
+        utf8 = utf8_names(self.session)
 
         def wanted(*candidates: str) -> bool:
             if any(self._own(self.own_names, n) for n in candidates):
@@ -384,12 +390,12 @@ class NotifyState:
         for mailbox_id, name in sorted(names.items(), key=lambda kv: kv[1]):
             was = old.get(mailbox_id)
             if was is None and wanted(name):
-                lines.append(_list_line(name, attrs(name)))
+                lines.append(_list_line(name, attrs(name), utf8=utf8))
             elif was is not None and was != name and wanted(name, was):
-                lines.append(_list_line(name, attrs(name), oldname=was))
+                lines.append(_list_line(name, attrs(name), oldname=was, utf8=utf8))
         for mailbox_id, name in sorted(old.items(), key=lambda kv: kv[1]):
             if mailbox_id not in names and name not in everything and wanted(name):
-                lines.append(_list_line(name, ["\\NonExistent"]))
+                lines.append(_list_line(name, ["\\NonExistent"], utf8=utf8))
         self.names = names
         return lines
 
@@ -406,7 +412,7 @@ class NotifyState:
                 attrs = _attrs(name, existing, new)
             else:
                 attrs = ["\\NonExistent", *(["\\Subscribed"] if name in new else [])]
-            lines.append(_list_line(name, attrs))
+            lines.append(_list_line(name, attrs, utf8=utf8_names(self.session)))
         return lines
 
     @staticmethod
@@ -459,27 +465,42 @@ class NotifyState:
             items.append(("UNSEEN", unseen))
             if modseq is not None:
                 items.append(("HIGHESTMODSEQ", modseq))
-            lines.append(status_line(mailbox.name, items))
+            lines.append(status_line(mailbox.name, items, utf8_names(self.session)))
         return lines
 
     def _metadata_changes(self, digest: dict) -> list[bytes]:
-        """RFC 5465 5.6, 5.7 / RFC 5464 4.4.2: ``METADATA mailbox (entries)`` naming the
-        entries changed (values are not sent); server entries under the mailbox ``""``."""
+        """RFC 5465 5.7, 5.8 / RFC 5464 4.4.2: ``METADATA mailbox entry...`` naming the
+        entries changed (values are not sent); server entries under the mailbox ``""``.
+        Changes this session made itself are left out (5: SHOULD NOT be reported)."""
+        from .commands.metadata import unsolicited_metadata
         old, self.metadata = self.metadata or {}, digest
         changed: dict[str, set[str]] = {}
         for key in set(old) | set(digest):
-            if old.get(key) != digest.get(key):
+            if old.get(key) != digest.get(key) and not self._own(self.own_metadata, key):
                 changed.setdefault(key[0], set()).add(key[1])
         lines = []
+        utf8 = utf8_names(self.session)
         for mailbox, entries in sorted(changed.items()):
             if mailbox == "":
                 if not self.spec.wants(SERVER_METADATA_CHANGE):
                     continue
             elif MAILBOX_METADATA_CHANGE not in self.spec.events_for(mailbox, self.subscribed):
                 continue
-            names = " ".join(e for e in sorted(entries))
-            lines.append(b"METADATA " + encode_name(mailbox) + b" (" + names.encode() + b")")
+            lines.append(unsolicited_metadata(mailbox or None, sorted(entries), utf8))
         return lines
+
+
+def note_own_metadata(session, mailbox: str | None, entries) -> None:
+    """For SETMETADATA: the session's NOTIFY, if it reports metadata changes, does not report
+    these back (RFC 5465 5).  ``mailbox``: the name as the user gave it (None: the server);
+    only the user's own mailboxes are reported on, so only their names are marked."""
+    state = session.notify
+    if state is None or state.metadata is None:
+        return
+    if len(state.own_metadata) > OWN_CAP:
+        state.own_metadata.clear()
+    key = "" if mailbox is None else mailbox
+    state.own_metadata.update((key, entry) for entry in entries)
 
 
 def note_own(session, names=(), subscriptions=(), mailboxes=()) -> None:

@@ -150,7 +150,7 @@ def _events(token, selected: bool, spec: NotifySpec, unsupported: list[str],
     return frozenset(events)
 
 
-def _mailbox_names(token) -> tuple[str, ...]:
+def _mailbox_names(token, utf8: bool = False) -> tuple[str, ...]:
     items = token if isinstance(token, list) else [token]
     if not items:
         raise Bad("SUBTREE and MAILBOXES need at least one mailbox name")
@@ -158,18 +158,19 @@ def _mailbox_names(token) -> tuple[str, ...]:
     for item in items:
         if isinstance(item, list):
             raise Bad("Expected a mailbox name")
-        name = decode_name(item)
+        name = decode_name(item, utf8)
         out.append("INBOX" if name.upper() == "INBOX" else name)
     return tuple(out)
 
 
 def parse_notify_set(args: list, supported: tuple[str, ...],
-                     any_folder_delivery: bool = False) -> NotifySpec:
+                     any_folder_delivery: bool = False, utf8: bool = False) -> NotifySpec:
     """The arguments after ``NOTIFY SET``.  Raises Bad (syntax, composition rules) or
     No with BADEVENT (events this server does not support).  ``any_folder_delivery``:
     delivery may file mail in any mailbox (``[delivery] plus_addressing``), so INBOXES is
     every personal mailbox (RFC 5465 6.3: "all selectable mailboxes in the user's personal
-    namespace(s) to which messages may be delivered by an MDA")."""
+    namespace(s) to which messages may be delivered by an MDA").  ``utf8``: mailbox names
+    are UTF-8, not modified UTF-7 (the session enabled UTF8=ACCEPT or IMAP4rev2)."""
     spec = NotifySpec()
     args = list(args)
     if args and isinstance(args[0], Atom) and args[0].upper() == "STATUS":
@@ -199,7 +200,7 @@ def parse_notify_set(args: list, supported: tuple[str, ...],
         if kind in (SUBTREE, MAILBOXES):
             if len(rest) != 2:
                 raise Bad(f"{kind} takes mailbox names and a list of events")
-            names = _mailbox_names(rest[0])
+            names = _mailbox_names(rest[0], utf8)
             rest = rest[1:]
         elif len(rest) != 1:
             raise Bad(f"{kind} takes one list of events")

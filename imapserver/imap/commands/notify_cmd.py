@@ -20,6 +20,7 @@ from twisted.internet import defer
 from ..context import AUTH, SELECTED, Bad, No, command
 from ..notify_session import NotifyState, metadata_supported
 from ..notify_spec import parse_notify_set, supported_events
+from ..rev2 import utf8_names
 from ..wire import Atom
 from .common import report_changes
 
@@ -46,7 +47,8 @@ def notify(ctx):
     if word != "SET":
         raise Bad("NOTIFY takes SET or NONE")
     spec = parse_notify_set(ctx.args[1:], supported_events(metadata_supported(ctx.store)),
-                            ctx.server.cfg["delivery"]["plus_addressing"])
+                            ctx.server.cfg["delivery"]["plus_addressing"],
+                            utf8_names(session))
     state = NotifyState(session, ctx.conn, spec)
     status = yield ctx.call(_load, state, ctx.store)
     if state.overflowing:
