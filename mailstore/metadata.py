@@ -330,7 +330,7 @@ class Annotations:
         """SETMETADATA (RFC 5464 4.3) on a mailbox already looked up and checked (None: the
         server): set (bytes) or remove (None) each entry, all or none.  Every check comes
         before the first write.  True if anything stored changed (for NOTIFY's
-        MailboxMetadataChange, RFC 5465 5.7).  Raises InvalidEntry, EntryTooLarge,
+        MailboxMetadataChange, RFC 5465 5.6).  Raises InvalidEntry, EntryTooLarge,
         TooManyEntries, OverQuota (the user's octets), ReadOnlyEntry (also
         ``/private/specialuse`` of a mailbox not the user's: the owner's setting), BadSpecialUse.
         """

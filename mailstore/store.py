@@ -409,7 +409,7 @@ class MailStore:
         the mailbox ``user`` calls ``mailbox`` (None: the server), all or none, with the
         rights :meth:`get_metadata` needs.  When something changed, the change generation of
         everyone who may see it moves on (NOTIFY's MailboxMetadataChange and
-        ServerMetadataChange, RFC 5465 5.7, 5.8): the user's, and for a mailbox's shared
+        ServerMetadataChange, RFC 5465 5.6, 5.7): the user's, and for a mailbox's shared
         entries its owner's.  True if something changed.  Raises the errors of
         metadata.Annotations.set_on, NotFound and PermissionDenied."""
         box = None if mailbox is None else self._annotated(user, mailbox)
@@ -423,7 +423,7 @@ class MailStore:
     def metadata_digest(self, user: str) -> dict[tuple[str, str], bytes]:
         """Every annotation ``user`` sees on the server and on their own mailboxes, as
         ``{(mailbox name, or "" for the server, entry name): digest of the value}`` (one
-        multi-get): what NOTIFY compares to tell which entries changed (RFC 5465 5.7, 5.8;
+        multi-get): what NOTIFY compares to tell which entries changed (RFC 5465 5.6, 5.7;
         RFC 5464 4.4.2).  ``/private/specialuse`` is the mailbox row's and is included."""
         boxes = self.list_mailboxes(user)
         found = self.metadata.read_many([None, *(m.id for m in boxes)], user)

@@ -394,7 +394,7 @@ def two_users(tmp_path):
 
 
 def test_metadata_changes_are_reported(two_users):
-    """RFC 5465 5.7, 5.8 with RFC 5464 4.4.2: a SETMETADATA that changes an entry of a
+    """RFC 5465 5.6, 5.7 with RFC 5464 4.4.2: a SETMETADATA that changes an entry of a
     watched mailbox gives ``* METADATA mailbox entry`` (no value), a server entry ``*
     METADATA "" entry``; a change that changes nothing, or the session's own (5: SHOULD
     NOT be reported), gives nothing.  dan, with ``lr`` on cora's INBOX, sets its shared

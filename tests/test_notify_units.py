@@ -119,7 +119,7 @@ def test_a_tick_reads_a_bounded_number_of_marks(monkeypatch):
 
 
 def test_metadata_events_name_the_entries_changed(tmp_path):
-    """RFC 5465 5.7, 5.8: MailboxMetadataChange and ServerMetadataChange are supported (the
+    """RFC 5465 5.6, 5.7: MailboxMetadataChange and ServerMetadataChange are supported (the
     store says which entries changed: ``metadata_digest``); a SETMETADATA moves the user's
     metadata generation, and the change is reported as ``METADATA mailbox entry...`` (RFC
     5464 4.4.2's entry-list, no values), server entries under ``""``."""

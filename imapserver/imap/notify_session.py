@@ -469,7 +469,7 @@ class NotifyState:
         return lines
 
     def _metadata_changes(self, digest: dict) -> list[bytes]:
-        """RFC 5465 5.7, 5.8 / RFC 5464 4.4.2: ``METADATA mailbox entry...`` naming the
+        """RFC 5465 5.6, 5.7 / RFC 5464 4.4.2: ``METADATA mailbox entry...`` naming the
         entries changed (values are not sent); server entries under the mailbox ``""``.
         Changes this session made itself are left out (5: SHOULD NOT be reported)."""
         from .commands.metadata import unsolicited_metadata

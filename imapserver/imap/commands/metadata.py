@@ -18,8 +18,8 @@ answered lower case; a requested entry without a value is answered NIL with DEPT
 out of a deeper answer, as Dovecot does.  Mail semantics (names, limits, what is read-only, the
 predefined entries) are :mod:`mailstore.metadata`'s; this module parses and renders.  NOPRIVATE
 never applies: every mailbox here has private entries.  The unsolicited METADATA response of
-4.4.2 is only for NOTIFY's MailboxMetadataChange and ServerMetadataChange (RFC 5465 5.7,
-5.8): every SETMETADATA that changes something moves the user's metadata generation on,
+4.4.2 is only for NOTIFY's MailboxMetadataChange and ServerMetadataChange (RFC 5465 5.6,
+5.7): every SETMETADATA that changes something moves the user's metadata generation on,
 which NOTIFY polls (notify_session.py).
 
 Rights (RFC 5464 3.3 with RFC 4314): reading or writing a mailbox's entries, private or
@@ -136,7 +136,7 @@ def getmetadata(ctx):
 
 def unsolicited_metadata(mailbox_name: str | None, entries, utf8: bool = False) -> bytes:
     """An unsolicited METADATA response without values (RFC 5464 4.4.2), for NOTIFY's
-    MailboxMetadataChange and ServerMetadataChange (RFC 5465 5.7, 5.8): ``METADATA mailbox
+    MailboxMetadataChange and ServerMetadataChange (RFC 5465 5.6, 5.7): ``METADATA mailbox
     entry...`` -- the mailbox's name as the user sees it (None: the server), spelt in UTF-8
     with ``utf8``, and the entries that changed (metadata.changed_entries), unparenthesised
     as RFC 5464 4.4.2's entry-list and its example."""
