@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 from . import keys, names
-from .acl import SHARED_OWNER, Grants, flag_changeable, public_name
+from .acl import ANYONE, SHARED_OWNER, Grants, flag_changeable, public_name
 from .backends import open_backend
 from .backends.base import Backend, Mutation, decode_counter, delete_rows
 from .changelog import ChangeLog
@@ -54,7 +54,7 @@ from .modseqs import SinceModseq, since_modseq
 from .outbox import Outbox
 from .records import COMMITTED, DELETING, MOVING, Flags, MessageRecord, state_of
 from .schema import IMPORTS, INTENTS, OUTBOX, Layout, create_schema
-from .sharing import open_mailbox
+from .sharing import open_mailbox, visible_mailboxes
 from .sievescripts import ScriptLimits, SieveScripts
 from .sortcache import MessageKeys, SortKeyCache
 from .transfers import Transfers
@@ -151,6 +151,15 @@ class MailStore:
         change there is not announced (decision 0021)."""
         if user != SHARED_OWNER:
             self.users.bump(user, column)
+
+    def bump_grantees(self, acl, column: bytes = NAMES_GENERATION) -> None:
+        """Announce a change to everyone an ACL names (not ``anyone``, whom no list holds,
+        nor negative entries): a mailbox they see was created, renamed, deleted, its ACL
+        changed, or its shared annotations -- NOTIFY sessions of theirs look again (RFC
+        5465 5.4, 5.6, 5.9).  Bounded by the ACL's size."""
+        for identifier in sorted(acl):
+            if identifier != ANYONE and not identifier.startswith("-"):
+                self._bump(identifier, column)
 
     @property
     def sieve_scripts(self) -> SieveScripts:
@@ -298,10 +307,14 @@ class MailStore:
     def rename_mailbox(self, user: str, old: str, new: str) -> list[Mailbox]:
         """RENAME (RFC 3501 6.3.5).  Renaming INBOX moves its messages to a new mailbox and
         leaves INBOX empty, as the RFC requires."""
+        renamed: list[Mailbox] = []
         try:
-            return self._rename_mailbox(user, old, new)
+            renamed = self._rename_mailbox(user, old, new)
+            return renamed
         finally:
             self._bump(user, NAMES_GENERATION)
+            for mailbox in renamed:
+                self.bump_grantees(mailbox.acl)
 
     def _rename_mailbox(self, user: str, old: str, new: str) -> list[Mailbox]:
         if names.normalize_mailbox(old) == "INBOX":
@@ -331,6 +344,7 @@ class MailStore:
             self._delete_mailbox(mailbox)
         finally:
             self._bump(user, NAMES_GENERATION)
+            self.bump_grantees(mailbox.acl)
 
     def _delete_mailbox(self, mailbox: Mailbox) -> None:
         # Operations on it that died are finished first (a copy into it holds references
@@ -416,23 +430,29 @@ class MailStore:
         changed = self.annotations.set_on(user, box, changes, policy)
         if changed:
             self._bump(user, METADATA_GENERATION)
-            if box is not None and box.owner != user:
-                self._bump(box.owner, METADATA_GENERATION)
+            if box is not None and any(not n.startswith("/private/") for n, _ in changes):
+                # Shared entries: everyone who may see the mailbox sees them.
+                if box.owner != user:
+                    self._bump(box.owner, METADATA_GENERATION)
+                self.bump_grantees({k: v for k, v in box.acl.items() if k != user},
+                                   METADATA_GENERATION)
         return changed
 
     def metadata_digest(self, user: str) -> dict[tuple[str, str], bytes]:
-        """Every annotation ``user`` sees on the server and on their own mailboxes, as
+        """Every annotation ``user`` sees on the server and on the mailboxes they may read
+        annotations of (their own; others' by the names they see them by), as
         ``{(mailbox name, or "" for the server, entry name): digest of the value}`` (one
         multi-get): what NOTIFY compares to tell which entries changed (RFC 5465 5.6, 5.7;
         RFC 5464 4.4.2).  ``/private/specialuse`` is the mailbox row's and is included."""
-        boxes = self.list_mailboxes(user)
+        boxes = [m for m, rights in visible_mailboxes(self, user)
+                 if rights & set(METADATA_RIGHTS)]  # RFC 5464 3.3: l (listed) and one of these
         found = self.metadata.read_many([None, *(m.id for m in boxes)], user)
         out: dict[tuple[str, str], bytes] = {}
         for mailbox_id, name in [(None, ""), *((m.id, m.name) for m in boxes)]:
             for entry, digest in digests(found.get(mailbox_id, {})).items():
                 out[(name, entry)] = digest
         for m in boxes:
-            if m.special_use:
+            if m.special_use and m.owner == user:
                 out[(m.name, SPECIALUSE)] = digests({"": m.special_use.encode()})[""]
         return out
 

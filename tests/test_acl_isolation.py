@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 import pytest
 
+from mailstore import sharing
 from mailstore.acl import RIGHTS
 from mailstore.backends.embedded import EmbeddedBackend
 from mailstore.store import MailStore
@@ -484,6 +485,77 @@ def _resetkey(w, c, has):
     expect(has, c.cmd("k", f"RESETKEY {q(name)}"))
 
 
+def _notify_mailboxes(w, c, has):
+    """RFC 5465 3.1, 5.2 with RFC 4314 4: NOTIFY on alice's mailbox by name gives STATUS (at
+    SET and when a message arrives) only with r; seen without r it is ``LIST (\\NoAccess)``
+    and nothing of its messages follows."""
+    local, name = w.box("lr" if has else "lswi", sub=False)
+    lines = ok(c.cmd("n", f"NOTIFY SET STATUS (mailboxes {q(name)} (MessageNew MessageExpunge))"))
+    if has:
+        assert lines[0].startswith(f"* STATUS {q(name)} (MESSAGES 2 ".encode()), lines
+    else:
+        assert lines[0] == f'* LIST (\\NoAccess) "/" {q(name)}'.encode(), lines
+    w.store.append("alice", local, message(5))
+    want = f"* STATUS {q(name)} (MESSAGES 3 ".encode()
+    pushed = idle_lines(c, want, 5.0 if has else 1.0, prefix=True)
+    assert any(line.startswith(want) for line in pushed) == has, pushed
+    ok(c.cmd("n", "NOTIFY NONE"))
+
+
+def _notify_subtree(w, c, has):
+    """RFC 5465 5.4 with RFC 4314 4: a SUBTREE on alice's namespace tells of a mailbox that
+    appears there only if bob may see it (l); an ACL change is what makes it appear."""
+    local, name = w.box("lr", sub=False)
+    ok(c.cmd("n", 'NOTIFY SET (subtree "Other Users/alice" (MailboxName))'))
+    w.store.create_mailbox("alice", local + "/New")
+    sharing.admin_set_acl(w.store, "alice", local + "/New", "bob", "lr" if has else "r")
+    want = f'* LIST (\\HasNoChildren) "/" {q(name + "/New")}'.encode()
+    pushed = idle_lines(c, want, 5.0 if has else 1.0)
+    assert (want in pushed) == has, pushed
+    assert not any(b"/New" in line for line in pushed if line != want), pushed
+    ok(c.cmd("n", "NOTIFY NONE"))
+
+
+def _notify_personal(w, c, has):
+    """RFC 5465 6.2: PERSONAL is the user's own namespace: alice's mailboxes, whatever bob's
+    rights, are never in it (has: every right; without: none -- the answer is the same)."""
+    local, _name = w.box(RIGHTS if has else "", sub=False)
+    ok(c.cmd("n", "NOTIFY SET STATUS (personal (MessageNew MessageExpunge))"))
+    w.store.append("alice", local, message(5))
+    pushed = idle_lines(c, b"", 1.0)
+    assert not any(b"Other Users" in line for line in pushed), pushed
+    ok(c.cmd("n", "NOTIFY NONE"))
+
+
+def _notify_revoked(w, c, has):
+    """RFC 5465 5.9 with RFC 4314 4: rights are checked as events go out.  bob watches
+    alice's mailbox with r; alice takes r away (has: she does not): he is told ``LIST
+    (\\NoAccess)`` and hears nothing more of its messages."""
+    local, name = w.box("lr", sub=False)
+    ok(c.cmd("n", f"NOTIFY SET (mailboxes {q(name)} (MessageNew MessageExpunge))"))
+    if not has:
+        sharing.admin_set_acl(w.store, "alice", local, "bob", "l")
+        want = f'* LIST (\\NoAccess) "/" {q(name)}'.encode()
+        assert want in idle_lines(c, want, 5.0)
+    w.store.append("alice", local, message(6))
+    want = f"* STATUS {q(name)} (MESSAGES 3 ".encode()
+    pushed = idle_lines(c, want, 5.0 if has else 1.0, prefix=True)
+    assert any(line.startswith(want) for line in pushed) == has, pushed
+    ok(c.cmd("n", "NOTIFY NONE"))
+
+
+def _notify_metadata(w, c, has):
+    """RFC 5465 5.6 with RFC 5464 3.3: a change to a shared entry of alice's mailbox reaches
+    bob's MailboxMetadataChange only if he may read its annotations (l and one of rswip)."""
+    local, name = w.box("lr" if has else "l", sub=False)
+    ok(c.cmd("n", f"NOTIFY SET (mailboxes {q(name)} (MailboxMetadataChange))"))
+    w.store.set_metadata("alice", local, [("/shared/comment", b"news")])
+    want = f"* METADATA {q(name)} /shared/comment".encode()
+    pushed = idle_lines(c, want, 5.0 if has else 1.0)
+    assert (want in pushed) == has, pushed
+    ok(c.cmd("n", "NOTIFY NONE"))
+
+
 MATRIX = [
     ("SELECT", "r", _select), ("EXAMINE", "r", _examine), ("STATUS", "r", _status),
     ("LIST", "l", _list), ("LIST-STATUS", "r", _list_status),
@@ -526,6 +598,9 @@ MATRIX = [
     ("CATENATE-URL-selected", "r", _catenate_url_selected),
     ("CATENATE-into", "i", _catenate_into),
     ("GENURLAUTH", "r", _genurlauth), ("URLFETCH", "r", _urlfetch), ("RESETKEY", "r", _resetkey),
+    ("NOTIFY-MAILBOXES", "r", _notify_mailboxes), ("NOTIFY-SUBTREE", "l", _notify_subtree),
+    ("NOTIFY-PERSONAL", "-", _notify_personal), ("NOTIFY-revoked", "r", _notify_revoked),
+    ("NOTIFY-METADATA", "r", _notify_metadata),
 ]
 
 
@@ -571,12 +646,18 @@ def test_hidden_mailboxes_answer_as_missing_ones(world, bob, probe):
     assert answers[0] == answers[1]
 
 
-def idle_lines(c: Client, wanted: bytes, timeout: float) -> list[bytes]:
-    """What the server pushes during ``timeout`` seconds (or until ``wanted`` comes)."""
+def idle_lines(c: Client, wanted: bytes, timeout: float, prefix: bool = False) -> list[bytes]:
+    """What the server pushes during ``timeout`` seconds (or until ``wanted`` comes: a whole
+    line, or with ``prefix`` the start of one)."""
     pushed: list[bytes] = []
     c.sock.settimeout(0.25)
     deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline and wanted not in pushed:
+
+    def arrived() -> bool:
+        if prefix:
+            return any(line.startswith(wanted) for line in pushed)
+        return wanted in pushed
+    while time.monotonic() < deadline and not (wanted and arrived()):
         try:
             pushed.append(c.read_line())
         except TimeoutError:

@@ -24,7 +24,13 @@ At most :data:`STATUS_PER_DELIVERY` mailboxes are looked at per delivery; the re
 the next one.  Changes this session made itself are not reported back (5: SHOULD), so far as
 it can tell: names it created, renamed, deleted or (un)subscribed, mailboxes it appended to.
 
-Only the user's own mailboxes are watched (one namespace, no ACLs yet).
+Other users' mailboxes (``Other Users/alice/Team``, ``Shared/...``) are watched as the ACL
+allows (RFC 4314 4, RFC 5465 5.9): they exist for NOTIFY only with ``l`` (the filters SUBTREE,
+MAILBOXES and SUBSCRIBED may name them; PERSONAL and INBOXES never do), message events and
+STATUS come only with ``r``, and a mailbox seen without ``r`` is announced once as ``LIST
+(\\NoAccess)``.  Rights are read again from the mailbox row whenever a report about it goes
+out (a right taken away stops its events there), and an ACL change moves the grantee's names
+generation, so a mailbox that appears or disappears for them is a MailboxName event.
 """
 
 from __future__ import annotations
@@ -33,6 +39,9 @@ from bisect import bisect_right
 
 from twisted.internet import defer
 from twisted.python import log
+
+from mailstore import sharing
+from mailstore.acl import ALL_RIGHTS
 
 from .commands.common import changes_lines, modseq_modes
 from .context import CommandContext
@@ -103,7 +112,9 @@ class NotifyState:
         self.conn = conn
         self.spec = spec
         self.user: str = session.user
-        self.names: dict[bytes, str] = {}      # the user's mailboxes: id -> name, as last told
+        self.names: dict[bytes, str] = {}      # mailboxes seen (l): id -> name, as last told
+        self.rights: dict[bytes, frozenset[str]] = {}  # and the user's rights on them
+        self.no_access: set[bytes] = set()    # those told LIST (\NoAccess)
         self.subscribed: set[str] = set()
         self.generations: tuple[int, int, int] | None = None
         self.watched: dict[bytes, frozenset[str]] = {}  # mailboxes with message events wanted
@@ -168,9 +179,11 @@ class NotifyState:
         """Read where everything stands now: generations first and marks before rows, so that
         a change in between is seen again at the next tick rather than missed."""
         self.generations = store.generations([self.user]).get(self.user, (0, 0, 0))
-        mailboxes = store.list_mailboxes(self.user)
+        visible = sharing.visible_mailboxes(store, self.user)
+        mailboxes = [m for m, _ in visible]
         self.subscribed = set(store.subscriptions(self.user))
         self.names = {m.id: m.name for m in mailboxes}
+        self.rights = {m.id: rights for m, rights in visible}
         self._rewatch()
         if len(self.watched) > MAX_WATCHED:
             return
@@ -190,11 +203,12 @@ class NotifyState:
         return modseq_modes(self.session)[0]
 
     def _rewatch(self) -> None:
-        """The mailboxes to watch for message events, from the names and subscriptions."""
+        """The mailboxes to watch for message events, from the names, subscriptions and
+        rights: only those the user may read (RFC 4314 4: ``r``)."""
         watched = {}
         for mailbox_id, name in self.names.items():
             events = self.spec.events_for(name, self.subscribed)
-            if events & set(MESSAGE_EVENTS):
+            if events & set(MESSAGE_EVENTS) and "r" in self.rights.get(mailbox_id, ALL_RIGHTS):
                 watched[mailbox_id] = events
         self.watched = watched
         for gone in [k for k in self.seen if k not in watched]:
@@ -214,15 +228,30 @@ class NotifyState:
         commands that enable it.)"""
         selected = self.session.selected
         skip = selected.mailbox.id if selected is not None else None
-        rows = store.mailboxes_by_id(self.user, [k for k in self.watched if k != skip])
+        seen = sharing.seen_by_id(store, self.user, [k for k in self.watched if k != skip])
+        rows = {mid: m for mid, (m, rights) in seen.items() if "r" in rights}
         condstore = modseq_modes(self.session)[0]
-        lines = []
+        lines = self._no_access_lines(set(seen) - set(rows))
         for mailbox in sorted(rows.values(), key=lambda m: (m.name != "INBOX", m.name)):
             items = [("MESSAGES", mailbox.messages), ("UIDNEXT", mailbox.uidnext),
                      ("UIDVALIDITY", mailbox.uidvalidity), ("UNSEEN", mailbox.unseen)]
             if condstore:
                 items.append(("HIGHESTMODSEQ", store.highest_modseq(mailbox)))
             lines.append(status_line(mailbox.name, items, utf8_names(self.session)))
+        return lines
+
+    def _no_access_lines(self, also: set[bytes] = frozenset()) -> list[bytes]:
+        """``LIST (\\NoAccess)`` for each mailbox whose message events were asked for but which
+        the user may only see (``l`` without ``r``: RFC 5465 5.9), once per mailbox."""
+        lines = []
+        for mailbox_id, name in sorted(self.names.items(), key=lambda kv: kv[1]):
+            rights = self.rights.get(mailbox_id, ALL_RIGHTS)
+            unreadable = mailbox_id in also or "r" not in rights
+            if not unreadable or "l" not in rights or mailbox_id in self.no_access:
+                continue
+            if self.spec.events_for(name, self.subscribed) & set(MESSAGE_EVENTS):
+                self.no_access.add(mailbox_id)
+                lines.append(_list_line(name, ["\\NoAccess"], utf8=utf8_names(self.session)))
         return lines
 
     # -- delivery --------------------------------------------------------------------------------
@@ -335,14 +364,16 @@ class NotifyState:
         the mailbox list, subscriptions and metadata if their generation moved."""
         found: dict = {}
         if lists:
-            found["mailboxes"] = store.list_mailboxes(self.user)
+            found["mailboxes"] = sharing.visible_mailboxes(store, self.user)
         if subs or lists:
             found["subscribed"] = set(store.subscriptions(self.user))
         if meta and self.metadata is not None:
             found["metadata"] = store.metadata_digest(self.user)
-        rows = store.mailboxes_by_id(self.user, ids) if ids else {}
-        found["rows"] = {mid: (m, store.highest_modseq(m) if self._modseqs(mid) else None)
-                         for mid, m in rows.items()}
+        # The rows say the rights as they are now: what goes out is checked against them.
+        rows = sharing.seen_by_id(store, self.user, ids) if ids else {}
+        found["rows"] = {mid: (m, rights, store.highest_modseq(m)
+                               if self._modseqs(mid) and "r" in rights else None)
+                         for mid, (m, rights) in rows.items()}
         return found
 
     def _report(self, found: dict) -> list[bytes]:
@@ -351,11 +382,20 @@ class NotifyState:
         old_subscribed = self.subscribed
         subscribed = found.get("subscribed", old_subscribed)
         if "mailboxes" in found:
-            lines += self._name_changes({m.id: m.name for m in found["mailboxes"]},
+            lines += self._name_changes({m.id: m.name for m, _ in found["mailboxes"]},
                                         subscribed)
-            for mailbox in found["mailboxes"]:
+            self.rights = {m.id: rights for m, rights in found["mailboxes"]}
+            self.no_access = {k for k in self.no_access if "r" not in self.rights.get(k, "")}
+            for mailbox, _rights in found["mailboxes"]:
                 if mailbox.id not in self.known:  # new: what it holds now is no news
                     self.known[mailbox.id] = _status_values(mailbox, None)
+        for mailbox_id, (_mailbox, rights, _highest) in found["rows"].items():
+            if mailbox_id in self.names:
+                self.rights[mailbox_id] = rights
+            if "l" not in rights:  # gone from the user's view: no more events (RFC 4314 4)
+                self.names.pop(mailbox_id, None)
+            if "r" in rights:
+                self.no_access.discard(mailbox_id)
         if subscribed != old_subscribed:
             lines += self._subscription_changes(old_subscribed, subscribed)
         self.subscribed = subscribed
@@ -367,6 +407,7 @@ class NotifyState:
                             b"NOTIFY is off"]
         for added in set(self.watched) - before:
             self.dirty.add(added)  # its marks are read at the next tick
+        lines += self._no_access_lines()
         lines += self._status_changes(found["rows"])
         if "metadata" in found:
             lines += self._metadata_changes(found["metadata"])
@@ -446,7 +487,11 @@ class NotifyState:
         selected = self.session.selected
         skip = selected.mailbox.id if selected is not None else None
         lines = []
-        for mailbox_id, (mailbox, highest) in sorted(rows.items(), key=lambda kv: kv[1][0].name):
+        for mailbox_id, (mailbox, rights, highest) in sorted(rows.items(),
+                                                             key=lambda kv: kv[1][0].name):
+            if "r" not in rights:  # RFC 4314 4: nothing of it without r (now)
+                self.known.pop(mailbox_id, None)
+                continue
             events = self.watched.get(mailbox_id)
             before = self.known.get(mailbox_id)
             now = self.known[mailbox_id] = _status_values(mailbox, highest)

@@ -30,6 +30,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from mailstore.acl import NAMESPACE_ROOTS
+
 from .context import Bad, No
 from .names import DELIMITER, decode_name
 from .render import parse_fetch_items
@@ -49,6 +51,7 @@ SELECTED, SELECTED_DELAYED = "SELECTED", "SELECTED-DELAYED"
 INBOXES, PERSONAL, SUBSCRIBED, SUBTREE, MAILBOXES = (
     "INBOXES", "PERSONAL", "SUBSCRIBED", "SUBTREE", "MAILBOXES")
 OTHER_FILTERS = (INBOXES, PERSONAL, SUBSCRIBED, SUBTREE, MAILBOXES)
+_OTHER_NAMESPACES = tuple(root + DELIMITER for root in NAMESPACE_ROOTS)
 
 
 def supported_events(metadata: bool) -> tuple[str, ...]:
@@ -72,7 +75,8 @@ class Filter:
         """Whether mailbox ``name`` is one this filter names (the subscription list as it
         stands now for SUBSCRIBED: 6.4 re-evaluates it as it changes)."""
         if self.kind == PERSONAL:
-            return True  # only the user's own namespace exists so far
+            # 6.2: the user's personal namespace only, never others' or Shared/ (RFC 2342).
+            return not name.startswith(_OTHER_NAMESPACES)
         if self.kind == INBOXES:
             # 6.3: the mailboxes delivery may put mail in: INBOX only, unless plus-addressing
             # can deliver to any folder (parse_notify_set made INBOXES PERSONAL then).
