@@ -495,6 +495,9 @@ def _notify_mailboxes(w, c, has):
         assert lines[0].startswith(f"* STATUS {q(name)} (MESSAGES 2 ".encode()), lines
     else:
         assert lines[0] == f'* LIST (\\NoAccess) "/" {q(name)}'.encode(), lines
+        ok(c.cmd("n", "NOTIFY NONE"))  # without STATUS too (RFC 5465 3.1)
+        lines = ok(c.cmd("n", f"NOTIFY SET (mailboxes {q(name)} (MessageNew MessageExpunge))"))
+        assert lines[0] == f'* LIST (\\NoAccess) "/" {q(name)}'.encode(), lines
     w.store.append("alice", local, message(5))
     want = f"* STATUS {q(name)} (MESSAGES 3 ".encode()
     pushed = idle_lines(c, want, 5.0 if has else 1.0, prefix=True)

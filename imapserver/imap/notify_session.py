@@ -231,7 +231,7 @@ class NotifyState:
         seen = sharing.seen_by_id(store, self.user, [k for k in self.watched if k != skip])
         rows = {mid: m for mid, (m, rights) in seen.items() if "r" in rights}
         condstore = modseq_modes(self.session)[0]
-        lines = self._no_access_lines(set(seen) - set(rows))
+        lines = self.no_access_lines(set(seen) - set(rows))
         for mailbox in sorted(rows.values(), key=lambda m: (m.name != "INBOX", m.name)):
             items = [("MESSAGES", mailbox.messages), ("UIDNEXT", mailbox.uidnext),
                      ("UIDVALIDITY", mailbox.uidvalidity), ("UNSEEN", mailbox.unseen)]
@@ -240,7 +240,7 @@ class NotifyState:
             lines.append(status_line(mailbox.name, items, utf8_names(self.session)))
         return lines
 
-    def _no_access_lines(self, also: set[bytes] = frozenset()) -> list[bytes]:
+    def no_access_lines(self, also: set[bytes] = frozenset()) -> list[bytes]:
         """``LIST (\\NoAccess)`` for each mailbox whose message events were asked for but which
         the user may only see (``l`` without ``r``: RFC 5465 5.9), once per mailbox."""
         lines = []
@@ -407,7 +407,7 @@ class NotifyState:
                             b"NOTIFY is off"]
         for added in set(self.watched) - before:
             self.dirty.add(added)  # its marks are read at the next tick
-        lines += self._no_access_lines()
+        lines += self.no_access_lines()
         lines += self._status_changes(found["rows"])
         if "metadata" in found:
             lines += self._metadata_changes(found["metadata"])

@@ -27,8 +27,12 @@ from .common import report_changes
 
 def _load(state: NotifyState, store) -> list[bytes]:
     state.load(store)
-    if state.overflowing or not state.spec.status:
+    if state.overflowing:
         return []
+    if not state.spec.status:
+        # Message events asked for a mailbox the user sees without r: LIST (\NoAccess)
+        # at NOTIFY SET, STATUS or not (RFC 5465 3.1 with RFC 4314 4).
+        return state.no_access_lines()
     return state.initial_status(store)
 
 
