@@ -41,6 +41,10 @@ ADMIN = "/shared/admin"
 SEQ = b"c:seq"
 ENTRY_FAMILY = b"e:"
 
+METADATA_RIGHTS = "rswip"
+"""RFC 5464 3.3: with ACLs, a user reads or writes a mailbox's annotations (shared or private)
+only with ``l`` and any one of these (as Dovecot's acl plugin checks it)."""
+
 DEPTHS = {"0": 0, "1": 1, "infinity": None}
 """RFC 5464 4.2.2's DEPTH values; None is infinity."""
 
@@ -151,6 +155,20 @@ class Metadata:
         for _key, row in self.table.rows([_row(mailbox_id, False, user),
                                           _row(mailbox_id, True, user)], [b"e"]):
             found.update(_entries(row))
+        return found
+
+    def read_many(self, mailbox_ids: Sequence[bytes | None], user: str
+                  ) -> dict[bytes | None, dict[str, bytes]]:
+        """:meth:`read` for many mailboxes (None: the server) in one multi-get."""
+        rows = {}
+        for mailbox_id in mailbox_ids:
+            rows[_row(mailbox_id, False, user)] = mailbox_id
+            rows[_row(mailbox_id, True, user)] = mailbox_id
+        found: dict[bytes | None, dict[str, bytes]] = {}
+        for key, row in self.table.rows(list(rows), [b"e"]):
+            entries = _entries(row)
+            if entries:
+                found.setdefault(rows[key], {}).update(entries)
         return found
 
     def write(self, mailbox_id: bytes | None, user: str,
@@ -278,25 +296,44 @@ class Annotations:
     def get(self, user: str, mailbox_name: str | None, names: Sequence[str],
             depth: int | None, policy: Policy) -> tuple[str | None, list]:
         """(the mailbox's name as stored, [(entry, value or None), ...]): ``names`` (checked
-        entry names) and their descendants within ``depth`` (RFC 5464 4.2), of
-        ``mailbox_name`` (None: the server).  Raises NotFound for a missing mailbox."""
-        if mailbox_name is None:
+        entry names) and their descendants within ``depth`` (RFC 5464 4.2), of ``user``'s own
+        mailbox ``mailbox_name`` (None: the server).  Raises NotFound for a missing mailbox."""
+        mailbox = None if mailbox_name is None else self.mailboxes.get(user, mailbox_name)
+        return (None if mailbox is None else mailbox.name,
+                self.get_on(user, mailbox, names, depth, policy))
+
+    def get_on(self, user: str, mailbox, names: Sequence[str], depth: int | None,
+               policy: Policy) -> list[tuple[str, bytes | None]]:
+        """GETMETADATA on a mailbox already looked up and checked (None: the server): the
+        shared entries and ``user``'s own private ones.  ``/private/specialuse`` is the
+        owner's (RFC 6154 3: the mailbox's use as its owner set it), so only the owner reads
+        it; another reader's ``/private`` entries are their own (RFC 5464 3.3)."""
+        if mailbox is None:
             stored = self.metadata.read(None, user)
             if policy.admin:
                 stored[ADMIN] = policy.admin.encode()
-            return None, select(stored, names, depth)
-        mailbox = self.mailboxes.get(user, mailbox_name)
+            return select(stored, names, depth)
         stored = self.metadata.read(mailbox.id, user)
-        if mailbox.special_use:
+        if mailbox.special_use and mailbox.owner == user:
             stored[SPECIALUSE] = mailbox.special_use.encode()
-        return mailbox.name, select(stored, names, depth)
+        return select(stored, names, depth)
 
     def set(self, user: str, mailbox_name: str | None,
-            changes: Sequence[tuple[str, bytes | None]], policy: Policy) -> None:
-        """SETMETADATA (RFC 5464 4.3): set (bytes) or remove (None) each entry, all or none.
-        Every check comes before the first write.  Raises InvalidEntry, EntryTooLarge,
-        TooManyEntries, OverQuota (the user's octets), ReadOnlyEntry, BadSpecialUse,
-        NotFound."""
+            changes: Sequence[tuple[str, bytes | None]], policy: Policy) -> bool:
+        """SETMETADATA (RFC 5464 4.3) on ``user``'s own mailbox ``mailbox_name`` (None: the
+        server); see :meth:`set_on`."""
+        mailbox = None if mailbox_name is None else self.mailboxes.get(user, mailbox_name)
+        return self.set_on(user, mailbox, changes, policy)
+
+    def set_on(self, user: str, mailbox, changes: Sequence[tuple[str, bytes | None]],
+               policy: Policy) -> bool:
+        """SETMETADATA (RFC 5464 4.3) on a mailbox already looked up and checked (None: the
+        server): set (bytes) or remove (None) each entry, all or none.  Every check comes
+        before the first write.  True if anything stored changed (for NOTIFY's
+        MailboxMetadataChange, RFC 5465 5.6).  Raises InvalidEntry, EntryTooLarge,
+        TooManyEntries, OverQuota (the user's octets), ReadOnlyEntry (also
+        ``/private/specialuse`` of a mailbox not the user's: the owner's setting), BadSpecialUse.
+        """
         wanted: dict[str, bytes | None] = {}
         for name, value in changes:
             name = entry_name(name)
@@ -310,21 +347,25 @@ class Annotations:
             if value is not None and len(value) > policy.max_value:
                 raise EntryTooLarge(policy.max_value)
             wanted[name] = value  # the last value given wins, as in Dovecot
-        mailbox = None
-        if mailbox_name is None:
+        if mailbox is None:
             if any(name.startswith(SHARED + "/") for name in wanted):
                 # One row for every user of the store: the administrator's, not theirs
                 # (RFC 5464 3.2.2 lets a server restrict server entries).
                 raise ReadOnlyEntry("server /shared entries are set by the administrator")
-        else:
-            mailbox = self.mailboxes.get(user, mailbox_name)
         use_change = SPECIALUSE in wanted and mailbox is not None
+        if use_change and mailbox.owner != user:
+            raise ReadOnlyEntry("/private/specialuse of another user's mailbox is theirs")
         use = special_use_value(wanted.pop(SPECIALUSE)) if use_change else None
+        changed = False
         if wanted:
             self._check_limits(user, mailbox, wanted, policy)
+            before = self.metadata.read(mailbox.id if mailbox else None, user)
+            changed = any(before.get(n) != v for n, v in wanted.items())
             self.metadata.write(mailbox.id if mailbox else None, user, wanted)
         if use_change:
+            changed = changed or use != (mailbox.special_use or None)
             self.mailboxes.set_special_use(mailbox.id, use)
+        return changed
 
     def _check_limits(self, user: str, mailbox, wanted: Mapping[str, bytes | None],
                       policy: Policy) -> None:

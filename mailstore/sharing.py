@@ -45,10 +45,11 @@ def _locate(user: str, imap_name: str) -> Location:
     return location
 
 
-def open_mailbox(store, user: str, imap_name: str, need: str = ""
+def open_mailbox(store, user: str, imap_name: str, need: str = "", any_of: str = ""
                  ) -> tuple[Mailbox, frozenset[str]]:
     """``(mailbox, rights)`` for the mailbox ``user`` calls ``imap_name``, if the ACL grants
-    every right in ``need`` (with ``need`` empty: any right at all, as MYRIGHTS asks).
+    every right in ``need`` (with ``need`` empty: any right at all, as MYRIGHTS asks) and,
+    with ``any_of``, at least one of those (METADATA: ``l`` and one of ``rswip``).
 
     Raises NotFound (text ``no such mailbox: <imap_name>``) when it does not exist or the
     user lacks ``l`` as well as what is needed, PermissionDenied when the user may see it but
@@ -64,7 +65,7 @@ def open_mailbox(store, user: str, imap_name: str, need: str = ""
     except NotFound:
         raise _missing(imap_name) from None
     rights = rights_of(user, mailbox.owner, mailbox.acl)
-    if not _allows(rights, need):
+    if not _allows(rights, need) or (any_of and not rights & set(any_of)):
         if "l" in rights:
             raise PermissionDenied(DENIED)
         raise _missing(imap_name)
@@ -109,6 +110,18 @@ def visible_mailboxes(store, user: str) -> list[tuple[Mailbox, frozenset[str]]]:
     return found
 
 
+def seen_by_id(store, user: str, mailbox_ids) -> dict[bytes, tuple[Mailbox, frozenset[str]]]:
+    """The live ones of ``mailbox_ids``, each a copy named as ``user`` sees it, with
+    ``user``'s rights as its ACL says now (one multi-get; rights may be none): for NOTIFY,
+    which re-checks them each time it reports on a mailbox (RFC 5465 5.9, RFC 4314 4)."""
+    found = {}
+    for mailbox_id, mailbox in store.mailboxes.load_many(list(mailbox_ids)).items():
+        rights = rights_of(user, mailbox.owner, mailbox.acl)
+        found[mailbox_id] = (replace(mailbox, name=public_name(user, mailbox.owner,
+                                                               mailbox.name)), rights)
+    return found
+
+
 def create_mailbox(store, user: str, imap_name: str, special_use: str | None = None
                    ) -> Mailbox:
     """CREATE (RFC 3501 6.3.3) by the name the user sees.  In another user's or the shared
@@ -132,6 +145,7 @@ def create_mailbox(store, user: str, imap_name: str, special_use: str | None = N
     for identifier, letters in parent.acl.items():
         store.grants.set(mailbox.id, identifier, frozenset(letters))
     mailbox.acl = dict(parent.acl)
+    store.bump_grantees(mailbox.acl)  # a mailbox new to them (RFC 5465 5.4)
     return mailbox
 
 
@@ -191,7 +205,14 @@ def set_acl(store, user: str, imap_name: str, identifier: str, mod_rights: str
     current = frozenset(mailbox.acl.get(identifier, ""))
     new = rights if mode == "=" else current | rights if mode == "+" else current - rights
     store.grants.set(mailbox.id, identifier, new)
+    _announce(store, identifier)
     return new
+
+
+def _announce(store, identifier: str) -> None:
+    """What a user sees changed with their rights: their NOTIFY sessions look at their
+    mailboxes again (RFC 5465 5.9); ``-bob``'s change is bob's."""
+    store.bump_grantees({identifier.lstrip("-"): ""})
 
 
 def delete_acl(store, user: str, imap_name: str, identifier: str) -> None:
@@ -199,6 +220,7 @@ def delete_acl(store, user: str, imap_name: str, identifier: str) -> None:
     identifier = check_identifier(identifier)
     mailbox, _ = open_mailbox(store, user, imap_name, "a")
     store.grants.set(mailbox.id, identifier, frozenset())
+    _announce(store, identifier)
 
 
 def admin_set_acl(store, owner: str, name: str, identifier: str, mod_rights: str
@@ -212,6 +234,7 @@ def admin_set_acl(store, owner: str, name: str, identifier: str, mod_rights: str
     current = frozenset(mailbox.acl.get(identifier, ""))
     new = rights if mode == "=" else current | rights if mode == "+" else current - rights
     store.grants.set(mailbox.id, identifier, new)
+    _announce(store, identifier)
     return new
 
 

@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 from . import keys, names
-from .acl import SHARED_OWNER, Grants, flag_changeable
+from .acl import ANYONE, SHARED_OWNER, Grants, flag_changeable, public_name
 from .backends import open_backend
 from .backends.base import Backend, Mutation, decode_counter, delete_rows
 from .changelog import ChangeLog
@@ -41,11 +41,20 @@ from .messages import (
     flag_target,
     known_size,
 )
-from .metadata import DEFAULT_POLICY, Annotations, Metadata, Policy, digests
+from .metadata import (
+    DEFAULT_POLICY,
+    METADATA_RIGHTS,
+    SPECIALUSE,
+    Annotations,
+    Metadata,
+    Policy,
+    digests,
+)
 from .modseqs import SinceModseq, since_modseq
 from .outbox import Outbox
 from .records import COMMITTED, DELETING, MOVING, Flags, MessageRecord, state_of
 from .schema import IMPORTS, INTENTS, OUTBOX, Layout, create_schema
+from .sharing import open_mailbox, visible_mailboxes
 from .sievescripts import ScriptLimits, SieveScripts
 from .sortcache import MessageKeys, SortKeyCache
 from .transfers import Transfers
@@ -142,6 +151,15 @@ class MailStore:
         change there is not announced (decision 0021)."""
         if user != SHARED_OWNER:
             self.users.bump(user, column)
+
+    def bump_grantees(self, acl, column: bytes = NAMES_GENERATION) -> None:
+        """Announce a change to everyone an ACL names (not ``anyone``, whom no list holds,
+        nor negative entries): a mailbox they see was created, renamed, deleted, its ACL
+        changed, or its shared annotations -- NOTIFY sessions of theirs look again (RFC
+        5465 5.4, 5.6, 5.9).  Bounded by the ACL's size."""
+        for identifier in sorted(acl):
+            if identifier != ANYONE and not identifier.startswith("-"):
+                self._bump(identifier, column)
 
     @property
     def sieve_scripts(self) -> SieveScripts:
@@ -289,10 +307,14 @@ class MailStore:
     def rename_mailbox(self, user: str, old: str, new: str) -> list[Mailbox]:
         """RENAME (RFC 3501 6.3.5).  Renaming INBOX moves its messages to a new mailbox and
         leaves INBOX empty, as the RFC requires."""
+        renamed: list[Mailbox] = []
         try:
-            return self._rename_mailbox(user, old, new)
+            renamed = self._rename_mailbox(user, old, new)
+            return renamed
         finally:
             self._bump(user, NAMES_GENERATION)
+            for mailbox in renamed:
+                self.bump_grantees(mailbox.acl)
 
     def _rename_mailbox(self, user: str, old: str, new: str) -> list[Mailbox]:
         if names.normalize_mailbox(old) == "INBOX":
@@ -322,6 +344,7 @@ class MailStore:
             self._delete_mailbox(mailbox)
         finally:
             self._bump(user, NAMES_GENERATION)
+            self.bump_grantees(mailbox.acl)
 
     def _delete_mailbox(self, mailbox: Mailbox) -> None:
         # Operations on it that died are finished first (a copy into it holds references
@@ -376,19 +399,62 @@ class MailStore:
                      depth: int | None = 0, policy: Policy = DEFAULT_POLICY
                      ) -> tuple[str | None, list[tuple[str, bytes | None]]]:
         """GETMETADATA (RFC 5464 4.2): ``entries`` (checked names, metadata.entry_name) of
-        ``user``'s mailbox ``mailbox`` (None: the server) and their descendants within
-        ``depth`` levels (None: all).  Returns the mailbox's name as stored and ``(entry,
-        value)`` pairs, value None for a requested entry without one.  Raises NotFound."""
-        return self.annotations.get(user, mailbox, entries, depth, policy)
+        the mailbox ``user`` calls ``mailbox`` (None: the server) and their descendants
+        within ``depth`` levels (None: all).  Returns the mailbox's name as the user sees it
+        and ``(entry, value)`` pairs, value None for a requested entry without one.
+
+        Another user's mailbox needs ``l`` and one of ``r s w i p`` (RFC 5464 3.3): NotFound
+        without ``l`` (as a mailbox that does not exist, RFC 4314 6), PermissionDenied
+        without the others (sharing.open_mailbox)."""
+        if mailbox is None:
+            return None, self.annotations.get_on(user, None, entries, depth, policy)
+        box = self._annotated(user, mailbox)
+        return (public_name(user, box.owner, box.name),
+                self.annotations.get_on(user, box, entries, depth, policy))
+
+    def _annotated(self, user: str, imap_name: str) -> Mailbox:
+        return open_mailbox(self, user, imap_name, "l", METADATA_RIGHTS)[0]
 
     @durable
     def set_metadata(self, user: str, mailbox: str | None,
                      changes: Sequence[tuple[str, bytes | None]], policy: Policy = DEFAULT_POLICY
-                     ) -> None:
+                     ) -> bool:
         """SETMETADATA (RFC 5464 4.3): set each ``(entry, value)``, or remove it for None, on
-        ``user``'s mailbox (None: the server), all or none.  Raises the errors of
-        metadata.Annotations.set."""
-        self.annotations.set(user, mailbox, changes, policy)
+        the mailbox ``user`` calls ``mailbox`` (None: the server), all or none, with the
+        rights :meth:`get_metadata` needs.  When something changed, the change generation of
+        everyone who may see it moves on (NOTIFY's MailboxMetadataChange and
+        ServerMetadataChange, RFC 5465 5.6, 5.7): the user's, and for a mailbox's shared
+        entries its owner's.  True if something changed.  Raises the errors of
+        metadata.Annotations.set_on, NotFound and PermissionDenied."""
+        box = None if mailbox is None else self._annotated(user, mailbox)
+        changed = self.annotations.set_on(user, box, changes, policy)
+        if changed:
+            self._bump(user, METADATA_GENERATION)
+            if box is not None and any(not n.startswith("/private/") for n, _ in changes):
+                # Shared entries: everyone who may see the mailbox sees them.
+                if box.owner != user:
+                    self._bump(box.owner, METADATA_GENERATION)
+                self.bump_grantees({k: v for k, v in box.acl.items() if k != user},
+                                   METADATA_GENERATION)
+        return changed
+
+    def metadata_digest(self, user: str) -> dict[tuple[str, str], bytes]:
+        """Every annotation ``user`` sees on the server and on the mailboxes they may read
+        annotations of (their own; others' by the names they see them by), as
+        ``{(mailbox name, or "" for the server, entry name): digest of the value}`` (one
+        multi-get): what NOTIFY compares to tell which entries changed (RFC 5465 5.6, 5.7;
+        RFC 5464 4.4.2).  ``/private/specialuse`` is the mailbox row's and is included."""
+        boxes = [m for m, rights in visible_mailboxes(self, user)
+                 if rights & set(METADATA_RIGHTS)]  # RFC 5464 3.3: l (listed) and one of these
+        found = self.metadata.read_many([None, *(m.id for m in boxes)], user)
+        out: dict[tuple[str, str], bytes] = {}
+        for mailbox_id, name in [(None, ""), *((m.id, m.name) for m in boxes)]:
+            for entry, digest in digests(found.get(mailbox_id, {})).items():
+                out[(name, entry)] = digest
+        for m in boxes:
+            if m.special_use and m.owner == user:
+                out[(m.name, SPECIALUSE)] = digests({"": m.special_use.encode()})[""]
+        return out
 
     def metadata_digests(self, user: str, mailbox_id: bytes | None) -> dict[str, bytes]:
         """What ``user`` sees on a mailbox (None: the server) as entry name -> digest of the
@@ -779,13 +845,16 @@ class MailStore:
 
     @durable
     def reset_urlauth_keys(self, user: str, mailbox_name: str | None = None) -> None:
-        """RESETKEY (RFC 4467 7.1): a new key for ``user``'s mailbox ``mailbox_name``, or with
-        None no key for any mailbox; either way every URL made before is revoked.  NotFound
-        for a mailbox that does not exist."""
+        """RESETKEY (RFC 4467 7.1): a new key for the mailbox ``user`` calls ``mailbox_name``
+        (another user's too: ``user``'s own key for it), or with None no key for any mailbox;
+        either way every URL made before is revoked.  Needs ``r`` (what GENURLAUTH needs,
+        RFC 4314 4): NotFound for a mailbox missing or hidden, PermissionDenied for one seen
+        without ``r``."""
         if mailbox_name is None:
             self.urlauth.reset_all(user)
         else:
-            self.urlauth.reset(user, self.mailboxes.get(user, mailbox_name).id)
+            mailbox, _ = open_mailbox(self, user, mailbox_name, "r")
+            self.urlauth.reset(user, mailbox.id)
 
     @durable
     def set_password(self, user: str, password: str) -> None:

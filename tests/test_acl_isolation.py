@@ -13,10 +13,12 @@ from __future__ import annotations
 import itertools
 import re
 import time
+import urllib.parse
 from dataclasses import dataclass
 
 import pytest
 
+from mailstore import sharing
 from mailstore.acl import RIGHTS
 from mailstore.backends.embedded import EmbeddedBackend
 from mailstore.store import MailStore
@@ -335,6 +337,228 @@ def _sort_thread(w, c, has):
         assert tagged(lines).startswith(b"OK" if has or command == "NOOP" else b"BAD"), lines
 
 
+def missing(lines):
+    """The answer for a mailbox that does not exist (RFC 4314 6: what a hidden one gets)."""
+    assert tagged(lines).startswith(b"NO [NONEXISTENT]"), lines
+    return lines
+
+
+def url_name(name: str) -> str:
+    """A mailbox name as an IMAP URL spells it (RFC 5092 3.1: %-encoded UTF-8)."""
+    return urllib.parse.quote(name)
+
+
+def _getmetadata_l(w, c, has):
+    """RFC 5464 3.3: without l the mailbox's annotations answer as a missing mailbox's."""
+    local, name = w.box("lr" if has else "r", sub=False)
+    w.store.set_metadata("alice", local, [("/shared/comment", b"team")])
+    lines = c.cmd("g", f"GETMETADATA {q(name)} /shared/comment")
+    if has:
+        assert ok(lines)[0] == f'* METADATA {q(name)} (/shared/comment "team")'.encode()
+    else:
+        missing(lines)
+
+
+def _getmetadata_any(w, c, has):
+    """RFC 5464 3.3: l and any one of r s w i p reads the shared entries; l alone is NOPERM."""
+    for letter in "rswip" if has else "":
+        local, name = w.box("l" + letter, sub=False)
+        w.store.set_metadata("alice", local, [("/shared/comment", b"team")])
+        assert ok(c.cmd("g", f"GETMETADATA {q(name)} /shared/comment"))[0].endswith(b'"team")')
+    if not has:
+        _, name = w.box("l", sub=False)
+        noperm(c.cmd("g", f"GETMETADATA {q(name)} /shared/comment"))
+
+
+def _setmetadata(w, c, has):
+    """RFC 5464 3.3: setting a shared entry of alice's mailbox needs l and one of r s w i p;
+    what bob sets there alice reads (shared), without the rights nothing is stored."""
+    local, name = w.box("lr" if has else "l", sub=False)
+    expect(has, c.cmd("m", f'SETMETADATA {q(name)} (/shared/comment "by bob")'))
+    _, found = w.store.get_metadata("alice", local, ["/shared/comment"])
+    assert found == [("/shared/comment", b"by bob" if has else None)]
+
+
+def _setmetadata_l(w, c, has):
+    local, name = w.box("lr" if has else "rswip", sub=False)
+    lines = c.cmd("m", f'SETMETADATA {q(name)} (/shared/comment "by bob")')
+    ok(lines) if has else missing(lines)
+    _, found = w.store.get_metadata("alice", local, ["/shared/comment"])
+    assert found == [("/shared/comment", b"by bob" if has else None)]
+
+
+def _metadata_private(w, c, has):
+    """RFC 5464 3.3: /private entries are each user's own: bob's on alice's mailbox are his
+    (alice does not see them, he does not see hers), and its /private/specialuse is alice's
+    setting, neither shown to him nor his to change."""
+    local, name = w.box("lr" if has else "l", sub=False)
+    w.store.set_metadata("alice", local, [("/private/comment", b"alice's"),
+                                          ("/private/specialuse", b"\\Archive")])
+    lines = c.cmd("m", f'SETMETADATA {q(name)} (/private/comment "bob\'s")')
+    expect(has, lines)
+    lines = c.cmd("g", f"GETMETADATA {q(name)} (/private/comment /private/specialuse)")
+    if has:
+        assert ok(lines)[0] == (f'* METADATA {q(name)} (/private/comment "bob\'s" '
+                                f'/private/specialuse NIL)').encode()
+        assert tagged(c.cmd("m", f'SETMETADATA {q(name)} (/private/specialuse NIL)')
+                      ).startswith(b"NO [CANNOT]")
+    else:
+        noperm(lines)
+    _, found = w.store.get_metadata("alice", local, ["/private/comment", "/private/specialuse"])
+    assert found == [("/private/comment", b"alice's"), ("/private/specialuse", b"\\Archive")]
+
+
+def _append_catenate(w, c, data: str, target: str = "INBOX") -> list[bytes]:
+    c.send(f"a APPEND {q(target)} CATENATE ({data})\r\n".encode())
+    return c.until_tagged("a")
+
+
+def _catenate_url_out(w, c, has):
+    """RFC 4469 3, 5 with RFC 4314 4: a CATENATE URL reads with the user's rights, so a part
+    of alice's mailbox needs r on it; without, the URL is [BADURL] as a missing one."""
+    local, name = w.box("lr" if has else "l", sub=False)
+    before = len(w.store.uids(w.store.mailbox("bob", "INBOX")))
+    url = f"/{url_name(name)}/;UID=1"
+    lines = _append_catenate(w, c, f'URL "{url}"')
+    if has:
+        ok(lines)
+    else:
+        assert tagged(lines).startswith(f"NO [BADURL {url}]".encode()), lines
+    after = len(w.store.uids(w.store.mailbox("bob", "INBOX")))
+    assert after == before + (1 if has else 0)
+
+
+def _catenate_url_selected(w, c, has):
+    """RFC 4469 5 / RFC 5092 7.2: a ``;UID=`` URL is relative to the selected mailbox -- alice's
+    one as bob sees it, not a mailbox of his own of the same name."""
+    local, name = w.box("lr" if has else "l" + "swi", sub=False)
+    w.store.create_mailbox("bob", local)  # a mailbox of bob's with alice's name, empty
+    c.cmd("s", f"SELECT {q(name)}")
+    lines = _append_catenate(w, c, 'URL ";UID=1"', target="INBOX")
+    if has:
+        ok(lines)
+    else:
+        assert tagged(lines).startswith(b"NO"), lines
+    if has:
+        ok(c.cmd("u", "UNSELECT"))
+
+
+def _catenate_into(w, c, has):
+    """RFC 4469 5: APPEND ... CATENATE into alice's mailbox needs i there."""
+    local, name = w.box(RIGHTS if has else RIGHTS.replace("i", ""), sub=False)
+    uid = w.store.uids(w.store.mailbox("bob", "INBOX"))[0]  # MOVE rows move bob's message
+    expect(has, _append_catenate(w, c, f'URL "/INBOX/;UID={uid}"', target=name))
+    assert len(w.uids(local)) == (3 if has else 2)
+
+
+def _rump(name: str, uid: int = 1) -> str:
+    return f"imap://bob@localhost/{url_name(name)}/;UID={uid};URLAUTH=authuser"
+
+
+def _genurlauth(w, c, has):
+    """RFC 4467 7.2 with RFC 4314 4: a URLAUTH URL to a message of alice's mailbox only with
+    r there; without, BAD as for a mailbox that does not exist."""
+    _, name = w.box("lr" if has else "l" + "swi", sub=False)
+    lines = c.cmd("g", f'GENURLAUTH "{_rump(name)}" INTERNAL')
+    if has:
+        ok(lines)
+    else:
+        assert tagged(lines) == f"BAD Invalid URL: Mailbox doesn't exist: {name}".encode()
+
+
+def _urlfetch(w, c, has):
+    """RFC 4467 6, 7.3: URLFETCH reads with the rights of the URL's user *now*: when alice
+    takes bob's r away, his URL gives NIL."""
+    local, name = w.box("lr", sub=False)
+    lines = ok(c.cmd("g", f'GENURLAUTH "{_rump(name)}" INTERNAL'))
+    url = lines[0].split(b" ", 2)[2].strip(b'"').decode()
+    if not has:
+        w.store.grants.set(w.store.mailbox("alice", local).id, "bob", frozenset("lswi"))
+    lines = ok(c.cmd("f", f'URLFETCH "{url}"'))
+    assert lines[0].endswith(b" NIL") != has, lines
+
+
+def _resetkey(w, c, has):
+    """RFC 4467 7.1 with RFC 4314 4: RESETKEY of alice's mailbox needs r (what GENURLAUTH
+    needs); seen without it, NO [NOPERM]."""
+    _, name = w.box("lr" if has else "lswi", sub=False)
+    expect(has, c.cmd("k", f"RESETKEY {q(name)}"))
+
+
+def _notify_mailboxes(w, c, has):
+    """RFC 5465 3.1, 5.2 with RFC 4314 4: NOTIFY on alice's mailbox by name gives STATUS (at
+    SET and when a message arrives) only with r; seen without r it is ``LIST (\\NoAccess)``
+    and nothing of its messages follows."""
+    local, name = w.box("lr" if has else "lswi", sub=False)
+    lines = ok(c.cmd("n", f"NOTIFY SET STATUS (mailboxes {q(name)} (MessageNew MessageExpunge))"))
+    if has:
+        assert lines[0].startswith(f"* STATUS {q(name)} (MESSAGES 2 ".encode()), lines
+    else:
+        assert lines[0] == f'* LIST (\\NoAccess) "/" {q(name)}'.encode(), lines
+        ok(c.cmd("n", "NOTIFY NONE"))  # without STATUS too (RFC 5465 3.1)
+        lines = ok(c.cmd("n", f"NOTIFY SET (mailboxes {q(name)} (MessageNew MessageExpunge))"))
+        assert lines[0] == f'* LIST (\\NoAccess) "/" {q(name)}'.encode(), lines
+    w.store.append("alice", local, message(5))
+    want = f"* STATUS {q(name)} (MESSAGES 3 ".encode()
+    pushed = idle_lines(c, want, 5.0 if has else 1.0, prefix=True)
+    assert any(line.startswith(want) for line in pushed) == has, pushed
+    ok(c.cmd("n", "NOTIFY NONE"))
+
+
+def _notify_subtree(w, c, has):
+    """RFC 5465 5.4 with RFC 4314 4: a SUBTREE on alice's namespace tells of a mailbox that
+    appears there only if bob may see it (l); an ACL change is what makes it appear."""
+    local, name = w.box("lr", sub=False)
+    ok(c.cmd("n", 'NOTIFY SET (subtree "Other Users/alice" (MailboxName))'))
+    w.store.create_mailbox("alice", local + "/New")
+    sharing.admin_set_acl(w.store, "alice", local + "/New", "bob", "lr" if has else "r")
+    want = f'* LIST (\\HasNoChildren) "/" {q(name + "/New")}'.encode()
+    pushed = idle_lines(c, want, 5.0 if has else 1.0)
+    assert (want in pushed) == has, pushed
+    assert not any(b"/New" in line for line in pushed if line != want), pushed
+    ok(c.cmd("n", "NOTIFY NONE"))
+
+
+def _notify_personal(w, c, has):
+    """RFC 5465 6.2: PERSONAL is the user's own namespace: alice's mailboxes, whatever bob's
+    rights, are never in it (has: every right; without: none -- the answer is the same)."""
+    local, _name = w.box(RIGHTS if has else "", sub=False)
+    ok(c.cmd("n", "NOTIFY SET STATUS (personal (MessageNew MessageExpunge))"))
+    w.store.append("alice", local, message(5))
+    pushed = idle_lines(c, b"", 1.0)
+    assert not any(b"Other Users" in line for line in pushed), pushed
+    ok(c.cmd("n", "NOTIFY NONE"))
+
+
+def _notify_revoked(w, c, has):
+    """RFC 5465 5.9 with RFC 4314 4: rights are checked as events go out.  bob watches
+    alice's mailbox with r; alice takes r away (has: she does not): he is told ``LIST
+    (\\NoAccess)`` and hears nothing more of its messages."""
+    local, name = w.box("lr", sub=False)
+    ok(c.cmd("n", f"NOTIFY SET (mailboxes {q(name)} (MessageNew MessageExpunge))"))
+    if not has:
+        sharing.admin_set_acl(w.store, "alice", local, "bob", "l")
+        want = f'* LIST (\\NoAccess) "/" {q(name)}'.encode()
+        assert want in idle_lines(c, want, 5.0)
+    w.store.append("alice", local, message(6))
+    want = f"* STATUS {q(name)} (MESSAGES 3 ".encode()
+    pushed = idle_lines(c, want, 5.0 if has else 1.0, prefix=True)
+    assert any(line.startswith(want) for line in pushed) == has, pushed
+    ok(c.cmd("n", "NOTIFY NONE"))
+
+
+def _notify_metadata(w, c, has):
+    """RFC 5465 5.6 with RFC 5464 3.3: a change to a shared entry of alice's mailbox reaches
+    bob's MailboxMetadataChange only if he may read its annotations (l and one of rswip)."""
+    local, name = w.box("lr" if has else "l", sub=False)
+    ok(c.cmd("n", f"NOTIFY SET (mailboxes {q(name)} (MailboxMetadataChange))"))
+    w.store.set_metadata("alice", local, [("/shared/comment", b"news")])
+    want = f"* METADATA {q(name)} /shared/comment".encode()
+    pushed = idle_lines(c, want, 5.0 if has else 1.0)
+    assert (want in pushed) == has, pushed
+    ok(c.cmd("n", "NOTIFY NONE"))
+
+
 MATRIX = [
     ("SELECT", "r", _select), ("EXAMINE", "r", _examine), ("STATUS", "r", _status),
     ("LIST", "l", _list), ("LIST-STATUS", "r", _list_status),
@@ -370,6 +594,16 @@ MATRIX = [
         "UID MOVE 1 {name}", "e",
         lambda w, local, has, lines: expect(has, lines) and (
             w.uids(local) == ([2, 3] if has else [1, 2]) or pytest.fail(str(lines))))),
+    ("GETMETADATA-l", "l", _getmetadata_l), ("GETMETADATA-rswip", "r", _getmetadata_any),
+    ("SETMETADATA-rswip", "r", _setmetadata), ("SETMETADATA-l", "l", _setmetadata_l),
+    ("METADATA-private", "r", _metadata_private),
+    ("CATENATE-URL-out", "r", _catenate_url_out),
+    ("CATENATE-URL-selected", "r", _catenate_url_selected),
+    ("CATENATE-into", "i", _catenate_into),
+    ("GENURLAUTH", "r", _genurlauth), ("URLFETCH", "r", _urlfetch), ("RESETKEY", "r", _resetkey),
+    ("NOTIFY-MAILBOXES", "r", _notify_mailboxes), ("NOTIFY-SUBTREE", "l", _notify_subtree),
+    ("NOTIFY-PERSONAL", "-", _notify_personal), ("NOTIFY-revoked", "r", _notify_revoked),
+    ("NOTIFY-METADATA", "r", _notify_metadata),
 ]
 
 
@@ -389,6 +623,12 @@ PROBES = [
     "DELETEACL {n} bob", "LISTRIGHTS {n} bob", "MYRIGHTS {n}", 'LIST "" {n}',
     'LIST "" {n}/*', 'LIST "" {n} RETURN (MYRIGHTS STATUS (MESSAGES))', "SUBSCRIBE {n}",
     "UNSUBSCRIBE {n}", "GETQUOTAROOT {n}", "COPY 1 {n}", "MOVE 1 {n}", "APPEND {n} {{1+}}\r\nx",
+    "GETMETADATA {n} /shared/comment", "GETMETADATA (DEPTH infinity) {n} (/shared /private)",
+    'SETMETADATA {n} (/shared/comment "x")', "RESETKEY {n}", "RESETKEY {n} INTERNAL",
+    "NOTIFY SET STATUS (mailboxes {n} (MessageNew MessageExpunge MailboxName))",
+    "NOTIFY SET STATUS (subtree {n} (MessageNew MessageExpunge MailboxMetadataChange))",
+    'APPEND INBOX CATENATE (URL "/{u}/;UID=1")', 'APPEND {n} CATENATE (URL "/INBOX/;UID=1")',
+    'GENURLAUTH "imap://bob@localhost/{u}/;UID=1;URLAUTH=authuser" INTERNAL',
 ]
 
 
@@ -400,19 +640,27 @@ def test_hidden_mailboxes_answer_as_missing_ones(world, bob, probe):
     answers = []
     for name in (hidden, f"Nothing{next(_names)}"):
         ok(bob.cmd("s", "SELECT INBOX"))
-        text = re.sub(r"\{n\}(\S*)",
+        text = re.sub(r"\{n\}([^\s)]*)",
                       lambda m, name=name: q(f"Other Users/alice/{name}{m.group(1)}"), probe)
+        text = text.replace("{u}", url_name(f"Other Users/alice/{name}"))
         lines = bob.cmd("t", text.replace("{{", "{").replace("}}", "}"))
+        ok(bob.cmd("z", "NOTIFY NONE"))
         answers.append([line.replace(name.encode(), b"NAME") for line in lines])
     assert answers[0] == answers[1]
 
 
-def idle_lines(c: Client, wanted: bytes, timeout: float) -> list[bytes]:
-    """What the server pushes during ``timeout`` seconds (or until ``wanted`` comes)."""
+def idle_lines(c: Client, wanted: bytes, timeout: float, prefix: bool = False) -> list[bytes]:
+    """What the server pushes during ``timeout`` seconds (or until ``wanted`` comes: a whole
+    line, or with ``prefix`` the start of one)."""
     pushed: list[bytes] = []
     c.sock.settimeout(0.25)
     deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline and wanted not in pushed:
+
+    def arrived() -> bool:
+        if prefix:
+            return any(line.startswith(wanted) for line in pushed)
+        return wanted in pushed
+    while time.monotonic() < deadline and not (wanted and arrived()):
         try:
             pushed.append(c.read_line())
         except TimeoutError:

@@ -69,6 +69,22 @@ def unsolicited(client: Client, until: bytes, timeout: float = 5.0) -> list[byte
     raise AssertionError(f"no {until!r} within {timeout}s; got {lines!r}")
 
 
+def quiet(client: Client, timeout: float) -> list[bytes]:
+    """What the server sends unasked within ``timeout`` seconds (expected: nothing)."""
+    lines = []
+    deadline = time.monotonic() + timeout
+    client.sock.settimeout(0.25)
+    try:
+        while time.monotonic() < deadline:
+            try:
+                lines.append(client.read_response_line())
+            except TimeoutError:
+                pass
+    finally:
+        client.sock.settimeout(10.0)
+    return lines
+
+
 def test_notify_is_advertised_after_login(server):
     """RFC 5465 3: a server that supports NOTIFY advertises the NOTIFY capability."""
     client = login(server)
@@ -220,12 +236,12 @@ def test_malformed_notify_is_bad_with_a_reason(server, command, reason):
 def test_unsupported_events_are_no_badevent(server):
     """RFC 5465 3.1: an event the server does not support is refused with a tagged NO (not
     BAD) whose BADEVENT code lists all the events the server supports (8:
-    ``"BADEVENT" SP "(" event *(SP event) ")"``).  AnnotationChange needs ANNOTATE, the
-    metadata events METADATA (5.6, 5.7); an unknown event-ext is unsupported too."""
+    ``"BADEVENT" SP "(" event *(SP event) ")"``).  AnnotationChange needs ANNOTATE; an
+    unknown event-ext is unsupported too.  The metadata events are supported (5.7, 5.8)."""
     client = login(server)
-    supported = b"[BADEVENT (MessageNew MessageExpunge FlagChange MailboxName SubscriptionChange)]"
-    for events in ("MessageNew MessageExpunge AnnotationChange", "MailboxMetadataChange",
-                   "ServerMetadataChange", "XSomethingElse"):
+    supported = (b"[BADEVENT (MessageNew MessageExpunge FlagChange MailboxName SubscriptionChange"
+                 b" MailboxMetadataChange ServerMetadataChange)]")
+    for events in ("MessageNew MessageExpunge AnnotationChange", "XSomethingElse"):
         last = client.cmd("a", f"NOTIFY SET (personal ({events}))")[-1]
         assert last.startswith(b"a NO " + supported), last
     # A refused NOTIFY SET leaves no notification in force.
@@ -367,3 +383,50 @@ def test_events_from_another_process(tmp_path, backend, request):
         writer.cmd("u", "SUBSCRIBE Elsewhere")
         assert unsolicited(client, b"LIST") == [
             b'* LIST (\\Subscribed \\HasNoChildren) "/" Elsewhere']
+
+
+@pytest.fixture
+def two_users(tmp_path):
+    data_dir = str(tmp_path / "store2")
+    make_users(data_dir, ("cora", "pw"), ("dan", "pw"))
+    with ServerProcess(data_dir) as proc:
+        yield proc
+
+
+def test_metadata_changes_are_reported(two_users):
+    """RFC 5465 5.6, 5.7 with RFC 5464 4.4.2: a SETMETADATA that changes an entry of a
+    watched mailbox gives ``* METADATA mailbox entry`` (no value), a server entry ``*
+    METADATA "" entry``; a change that changes nothing, or the session's own (5: SHOULD
+    NOT be reported), gives nothing.  dan, with ``lr`` on cora's INBOX, sets its shared
+    comment: cora hears of it too (the entries are hers to see)."""
+    client = login(two_users)
+    other = login(two_users)
+    assert client.cmd("a", "NOTIFY SET (personal (MailboxMetadataChange ServerMetadataChange))"
+                      )[-1].startswith(b"a OK")
+    assert other.cmd("m", 'SETMETADATA INBOX (/private/comment "one")')[-1].startswith(b"m OK")
+    assert unsolicited(client, b"METADATA") == [b"* METADATA INBOX /private/comment"]
+    assert other.cmd("m", 'SETMETADATA "" (/private/motd "hi")')[-1].startswith(b"m OK")
+    assert unsolicited(client, b"METADATA") == [b'* METADATA "" /private/motd']
+    # Nothing changed, and the session's own change: no METADATA.
+    assert other.cmd("m", 'SETMETADATA INBOX (/private/comment "one")')[-1].startswith(b"m OK")
+    assert client.cmd("m", 'SETMETADATA INBOX (/shared/x "1")')[-1].startswith(b"m OK")
+    assert quiet(client, 1.0) == []  # four poller ticks: a report would have come by now
+    # Another user's change of a shared entry of cora's mailbox.
+    assert other.cmd("s", "SETACL INBOX dan lr")[-1].startswith(b"s OK")
+    dan = login(two_users, "dan")
+    assert dan.cmd("m", 'SETMETADATA "Other Users/cora/INBOX" (/shared/comment "d")'
+                   )[-1].startswith(b"m OK")
+    assert unsolicited(client, b"METADATA") == [b"* METADATA INBOX /shared/comment"]
+
+
+def test_metadata_event_names_follow_utf8_accept(server):
+    """RFC 6855 3 / RFC 9051 5.1: once the session enabled UTF8=ACCEPT its notifications
+    spell mailbox names in UTF-8, and NOTIFY's MAILBOXES takes UTF-8 names."""
+    client = login(server)
+    other = login(server)
+    assert other.cmd("c", "CREATE Caf&AOk-")[-1].startswith(b"c OK")
+    assert client.cmd("e", "ENABLE UTF8=ACCEPT")[-1].startswith(b"e OK")
+    assert client.cmd("a", 'NOTIFY SET (mailboxes "Caf\u00e9" (MailboxMetadataChange))'
+                      )[-1].startswith(b"a OK")
+    assert other.cmd("m", 'SETMETADATA Caf&AOk- (/private/c "1")')[-1].startswith(b"m OK")
+    assert unsolicited(client, b"METADATA") == ['* METADATA "Caf\u00e9" /private/c'.encode()]

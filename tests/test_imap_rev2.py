@@ -326,7 +326,9 @@ def test_rev2_extensions_are_there(server, user, clients):
     clients.append(c)
     for n in (1, 2, 3):
         append(c, "INBOX", message(n))
-    assert c.cmd("n", "NAMESPACE")[0] == b'* NAMESPACE (("" "/")) NIL NIL'
+    # RFC 2342 with the ACL merge: the other users' and shared namespaces (docs/acl.md).
+    assert c.cmd("n", "NAMESPACE")[0] == \
+        b'* NAMESPACE (("" "/")) (("Other Users/" "/")) (("Shared/" "/"))'
     assert c.cmd("s", "SELECT INBOX")[-1].startswith(b"s OK")
     assert c.cmd("a", "SEARCH RETURN (SAVE) 2")[-1].startswith(b"a OK")
     assert c.cmd("b", "UID FETCH $ (UID)")[0] == b"* 2 FETCH (UID 2)"

@@ -222,3 +222,57 @@ def test_response_text_spells_names_as_the_session_does(server, user, clients):
     msg = message(1)
     plain.send(b"a APPEND &ZeVnLIqe- {%d+}\r\n%s\r\n" % (len(msg), msg))
     assert plain.until_tagged("a") == [b"a NO [TRYCREATE] Mailbox does not exist: &ZeVnLIqe-"]
+
+
+def test_acl_metadata_urlauth_names_in_utf8(server, user, clients):
+    """RFC 6855 3 (and RFC 9051 5.1): once UTF8=ACCEPT is enabled every mailbox name, in
+    arguments and responses, is UTF-8 -- also in the ACL commands (RFC 4314 3), METADATA
+    (RFC 5464 4.2, 4.3) and RESETKEY (RFC 4467 7.1); ``&`` is an ordinary character.  A
+    session that has not enabled it keeps modified UTF-7 for the same mailbox."""
+    c = login(server, user)
+    clients.append(c)
+    name = "Caf\u00e9 & Co"
+    assert c.cmd("c", f'CREATE "{name}"')[-1].startswith(b"c OK")
+    quoted = f'"{name}"'.encode()
+    lines = c.cmd("m", f'MYRIGHTS "{name}"')
+    assert lines == [b"* MYRIGHTS " + quoted + b" lrwstipekxacd", b"m OK MYRIGHTS completed"]
+    acl = c.cmd("g", f'GETACL "{name}"')[0]
+    assert acl == b"* ACL " + quoted + f" {user} lrwstipekxacd".encode()
+    assert c.cmd("r", f'LISTRIGHTS "{name}" anyone')[0].startswith(b"* LISTRIGHTS " + quoted)
+    assert c.cmd("s", f'SETACL "{name}" anyone lr')[-1].startswith(b"s OK")
+    assert c.cmd("d", f'DELETEACL "{name}" anyone')[-1].startswith(b"d OK")
+    assert c.cmd("t", f'SETMETADATA "{name}" (/private/comment "x")')[-1].startswith(b"t OK")
+    assert c.cmd("u", f'GETMETADATA "{name}" /private/comment')[0] == \
+        b"* METADATA " + quoted + b' (/private/comment "x")'
+    assert c.cmd("k", f'RESETKEY "{name}"')[-1].startswith(b"k OK")
+    old = login(server, user, enable=None)
+    clients.append(old)
+    utf7 = b'"Caf&AOk- &- Co"'
+    assert old.cmd("m", 'MYRIGHTS "Caf&AOk- &- Co"')[0] == b"* MYRIGHTS " + utf7 + \
+        b" lrwstipekxacd"
+    assert old.cmd("u", 'GETMETADATA "Caf&AOk- &- Co" /private/comment')[0] == \
+        b"* METADATA " + utf7 + b' (/private/comment "x")'
+
+
+def test_rev2_select_lists_another_users_mailbox_by_its_public_name(tmp_path):
+    """RFC 9051 6.3.2: SELECT's untagged LIST names the mailbox as the client does -- for
+    another user's mailbox ``Other Users/<owner>/<name>`` (RFC 2342 5), not the owner's own
+    name for it (which would be a mailbox of the client's own)."""
+    from mailstore.backends.embedded import EmbeddedBackend
+    from mailstore.store import MailStore
+    data_dir = str(tmp_path / "store")
+    store = MailStore(EmbeddedBackend(data_dir))
+    for who in ("ann", "ben"):
+        store.create_user(who, "pw", default_folders=False)
+    box = store.create_mailbox("ann", "Team")
+    store.grants.set(box.id, "ben", frozenset("lr"))
+    store.close()
+    with ServerProcess(data_dir) as proc:
+        c = Client(proc.port)
+        try:
+            assert c.cmd("L", "LOGIN ben pw")[-1].startswith(b"L OK")
+            assert c.cmd("E", "ENABLE IMAP4rev2")[-1].startswith(b"E OK")
+            lines = c.cmd("s", 'SELECT "Other Users/ann/Team"')
+            assert b'* LIST (\\HasNoChildren) "/" "Other Users/ann/Team"' in lines, lines
+        finally:
+            c.close()

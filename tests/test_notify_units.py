@@ -118,30 +118,24 @@ def test_a_tick_reads_a_bounded_number_of_marks(monkeypatch):
     assert len(seen) == 25
 
 
-def test_metadata_events_wait_for_metadata(tmp_path):
-    """RFC 5465 5.6, 5.7: MailboxMetadataChange and ServerMetadataChange are supported once
-    the store can say which entries changed (``metadata_digest``, the METADATA work's part);
-    then a change is reported as ``METADATA mailbox (entries)`` (RFC 5464 4.4.2)."""
-    assert MAILBOX_METADATA_CHANGE not in supported_events(notify_session.metadata_supported(
-        MailStore(EmbeddedBackend(str(tmp_path / "plain")))))
-
-    class MetadataStore(MailStore):
-        entries: dict = {}
-
-        def metadata_digest(self, user):
-            return dict(self.entries)
-
-    store = MetadataStore(EmbeddedBackend(str(tmp_path / "e")))
+def test_metadata_events_name_the_entries_changed(tmp_path):
+    """RFC 5465 5.6, 5.7: MailboxMetadataChange and ServerMetadataChange are supported (the
+    store says which entries changed: ``metadata_digest``); a SETMETADATA moves the user's
+    metadata generation, and the change is reported as ``METADATA mailbox entry...`` (RFC
+    5464 4.4.2's entry-list, no values), server entries under ``""``."""
+    store = MailStore(EmbeddedBackend(str(tmp_path / "e")))
+    assert notify_session.metadata_supported(store)
+    assert MAILBOX_METADATA_CHANGE in supported_events(True)
     store.create_user("cora", "pw")
     store.create_mailbox("cora", "Work")
-    assert notify_session.metadata_supported(store)
     spec = _spec("(personal (MailboxMetadataChange ServerMetadataChange))", metadata=True)
     assert spec.wants(MAILBOX_METADATA_CHANGE) and spec.wants(SERVER_METADATA_CHANGE)
     state = NotifyState(_Session(), _Conn(), spec)
     state.load(store)
-    store.entries = {("Work", "/private/comment"): b"1", ("", "/shared/admin"): b"2"}
-    store.note_metadata_change("cora")
+    assert store.set_metadata("cora", "Work", [("/private/comment", b"1")])
+    assert store.set_metadata("cora", None, [("/private/motd", b"2")])
+    assert not store.set_metadata("cora", "Work", [("/private/comment", b"1")])  # no change
     assert state.compare({}, store.generations(["cora"])["cora"])
     assert state.meta_due
     lines = state._report(state._gather(store, [], False, False, True))
-    assert lines == [b'METADATA "" (/shared/admin)', b"METADATA Work (/private/comment)"]
+    assert lines == [b'METADATA "" /private/motd', b"METADATA Work /private/comment"]

@@ -24,7 +24,13 @@ At most :data:`STATUS_PER_DELIVERY` mailboxes are looked at per delivery; the re
 the next one.  Changes this session made itself are not reported back (5: SHOULD), so far as
 it can tell: names it created, renamed, deleted or (un)subscribed, mailboxes it appended to.
 
-Only the user's own mailboxes are watched (one namespace, no ACLs yet).
+Other users' mailboxes (``Other Users/alice/Team``, ``Shared/...``) are watched as the ACL
+allows (RFC 4314 4, RFC 5465 5.9): they exist for NOTIFY only with ``l`` (the filters SUBTREE,
+MAILBOXES and SUBSCRIBED may name them; PERSONAL and INBOXES never do), message events and
+STATUS come only with ``r``, and a mailbox seen without ``r`` is announced once as ``LIST
+(\\NoAccess)``.  Rights are read again from the mailbox row whenever a report about it goes
+out (a right taken away stops its events there), and an ACL change moves the grantee's names
+generation, so a mailbox that appears or disappears for them is a MailboxName event.
 """
 
 from __future__ import annotations
@@ -33,6 +39,9 @@ from bisect import bisect_right
 
 from twisted.internet import defer
 from twisted.python import log
+
+from mailstore import sharing
+from mailstore.acl import ALL_RIGHTS
 
 from .commands.common import changes_lines, modseq_modes
 from .context import CommandContext
@@ -48,6 +57,7 @@ from .notify_spec import (
     SUBSCRIPTION_CHANGE,
     NotifySpec,
 )
+from .rev2 import utf8_names
 from .wire import Atom
 
 MAX_WATCHED = 10_000
@@ -69,9 +79,9 @@ def _status_values(mailbox, highest: int | None) -> tuple[int, int, int, int | N
     return mailbox.messages, mailbox.uidnext, mailbox.unseen, highest
 
 
-def status_line(name: str, items: list[tuple[str, int]]) -> bytes:
+def status_line(name: str, items: list[tuple[str, int]], utf8: bool = False) -> bytes:
     body = " ".join(f"{item} {value}" for item, value in items)
-    return b"STATUS " + encode_name(name) + b" (" + body.encode() + b")"
+    return b"STATUS " + encode_name(name, utf8) + b" (" + body.encode() + b")"
 
 
 def _attrs(name: str, existing: set[str], subscribed: set[str]) -> list[str]:
@@ -82,12 +92,15 @@ def _attrs(name: str, existing: set[str], subscribed: set[str]) -> list[str]:
     return [*out, "\\HasChildren" if child else "\\HasNoChildren"]
 
 
-def _list_line(name: str, attrs: list[str], oldname: str | None = None) -> bytes:
+def _list_line(name: str, attrs: list[str], oldname: str | None = None,
+               utf8: bool = False) -> bytes:
+    """A LIST notification, names in the session's spelling (UTF-8 once enabled: RFC 6855
+    3, RFC 9051 5.1)."""
     line = b"LIST (" + " ".join(attrs).encode() + f') "{DELIMITER}" '.encode() + \
-        encode_name(name)
+        encode_name(name, utf8)
     if oldname is not None:
         # RFC 5465 5.4 / RFC 5258 6: the extended data item of a rename.
-        line += b' ("OLDNAME" (' + encode_name(oldname) + b"))"
+        line += b' ("OLDNAME" (' + encode_name(oldname, utf8) + b"))"
     return line
 
 
@@ -99,7 +112,9 @@ class NotifyState:
         self.conn = conn
         self.spec = spec
         self.user: str = session.user
-        self.names: dict[bytes, str] = {}      # the user's mailboxes: id -> name, as last told
+        self.names: dict[bytes, str] = {}      # mailboxes seen (l): id -> name, as last told
+        self.rights: dict[bytes, frozenset[str]] = {}  # and the user's rights on them
+        self.no_access: set[bytes] = set()    # those told LIST (\NoAccess)
         self.subscribed: set[str] = set()
         self.generations: tuple[int, int, int] | None = None
         self.watched: dict[bytes, frozenset[str]] = {}  # mailboxes with message events wanted
@@ -111,6 +126,7 @@ class NotifyState:
         self.own_names: set[str] = set()      # names this session itself changed
         self.own_subscriptions: set[str] = set()  # and (un)subscribed
         self.own_mailboxes: set[str] = set()  # mailboxes this session itself appended to
+        self.own_metadata: set[tuple[str, str]] = set()  # (mailbox or "", entry) it set
         self.idle = None                      # the IDLE in progress, if any
         self.queued = False                   # a delivery is queued or running
         self.again = False
@@ -163,9 +179,11 @@ class NotifyState:
         """Read where everything stands now: generations first and marks before rows, so that
         a change in between is seen again at the next tick rather than missed."""
         self.generations = store.generations([self.user]).get(self.user, (0, 0, 0))
-        mailboxes = store.list_mailboxes(self.user)
+        visible = sharing.visible_mailboxes(store, self.user)
+        mailboxes = [m for m, _ in visible]
         self.subscribed = set(store.subscriptions(self.user))
         self.names = {m.id: m.name for m in mailboxes}
+        self.rights = {m.id: rights for m, rights in visible}
         self._rewatch()
         if len(self.watched) > MAX_WATCHED:
             return
@@ -185,11 +203,12 @@ class NotifyState:
         return modseq_modes(self.session)[0]
 
     def _rewatch(self) -> None:
-        """The mailboxes to watch for message events, from the names and subscriptions."""
+        """The mailboxes to watch for message events, from the names, subscriptions and
+        rights: only those the user may read (RFC 4314 4: ``r``)."""
         watched = {}
         for mailbox_id, name in self.names.items():
             events = self.spec.events_for(name, self.subscribed)
-            if events & set(MESSAGE_EVENTS):
+            if events & set(MESSAGE_EVENTS) and "r" in self.rights.get(mailbox_id, ALL_RIGHTS):
                 watched[mailbox_id] = events
         self.watched = watched
         for gone in [k for k in self.seen if k not in watched]:
@@ -209,15 +228,30 @@ class NotifyState:
         commands that enable it.)"""
         selected = self.session.selected
         skip = selected.mailbox.id if selected is not None else None
-        rows = store.mailboxes_by_id(self.user, [k for k in self.watched if k != skip])
+        seen = sharing.seen_by_id(store, self.user, [k for k in self.watched if k != skip])
+        rows = {mid: m for mid, (m, rights) in seen.items() if "r" in rights}
         condstore = modseq_modes(self.session)[0]
-        lines = []
+        lines = self.no_access_lines(set(seen) - set(rows))
         for mailbox in sorted(rows.values(), key=lambda m: (m.name != "INBOX", m.name)):
             items = [("MESSAGES", mailbox.messages), ("UIDNEXT", mailbox.uidnext),
                      ("UIDVALIDITY", mailbox.uidvalidity), ("UNSEEN", mailbox.unseen)]
             if condstore:
                 items.append(("HIGHESTMODSEQ", store.highest_modseq(mailbox)))
-            lines.append(status_line(mailbox.name, items))
+            lines.append(status_line(mailbox.name, items, utf8_names(self.session)))
+        return lines
+
+    def no_access_lines(self, also: set[bytes] = frozenset()) -> list[bytes]:
+        """``LIST (\\NoAccess)`` for each mailbox whose message events were asked for but which
+        the user may only see (``l`` without ``r``: RFC 5465 5.9), once per mailbox."""
+        lines = []
+        for mailbox_id, name in sorted(self.names.items(), key=lambda kv: kv[1]):
+            rights = self.rights.get(mailbox_id, ALL_RIGHTS)
+            unreadable = mailbox_id in also or "r" not in rights
+            if not unreadable or "l" not in rights or mailbox_id in self.no_access:
+                continue
+            if self.spec.events_for(name, self.subscribed) & set(MESSAGE_EVENTS):
+                self.no_access.add(mailbox_id)
+                lines.append(_list_line(name, ["\\NoAccess"], utf8=utf8_names(self.session)))
         return lines
 
     # -- delivery --------------------------------------------------------------------------------
@@ -330,14 +364,16 @@ class NotifyState:
         the mailbox list, subscriptions and metadata if their generation moved."""
         found: dict = {}
         if lists:
-            found["mailboxes"] = store.list_mailboxes(self.user)
+            found["mailboxes"] = sharing.visible_mailboxes(store, self.user)
         if subs or lists:
             found["subscribed"] = set(store.subscriptions(self.user))
-        if meta and metadata_supported(store):
+        if meta and self.metadata is not None:
             found["metadata"] = store.metadata_digest(self.user)
-        rows = store.mailboxes_by_id(self.user, ids) if ids else {}
-        found["rows"] = {mid: (m, store.highest_modseq(m) if self._modseqs(mid) else None)
-                         for mid, m in rows.items()}
+        # The rows say the rights as they are now: what goes out is checked against them.
+        rows = sharing.seen_by_id(store, self.user, ids) if ids else {}
+        found["rows"] = {mid: (m, rights, store.highest_modseq(m)
+                               if self._modseqs(mid) and "r" in rights else None)
+                         for mid, (m, rights) in rows.items()}
         return found
 
     def _report(self, found: dict) -> list[bytes]:
@@ -346,11 +382,20 @@ class NotifyState:
         old_subscribed = self.subscribed
         subscribed = found.get("subscribed", old_subscribed)
         if "mailboxes" in found:
-            lines += self._name_changes({m.id: m.name for m in found["mailboxes"]},
+            lines += self._name_changes({m.id: m.name for m, _ in found["mailboxes"]},
                                         subscribed)
-            for mailbox in found["mailboxes"]:
+            self.rights = {m.id: rights for m, rights in found["mailboxes"]}
+            self.no_access = {k for k in self.no_access if "r" not in self.rights.get(k, "")}
+            for mailbox, _rights in found["mailboxes"]:
                 if mailbox.id not in self.known:  # new: what it holds now is no news
                     self.known[mailbox.id] = _status_values(mailbox, None)
+        for mailbox_id, (_mailbox, rights, _highest) in found["rows"].items():
+            if mailbox_id in self.names:
+                self.rights[mailbox_id] = rights
+            if "l" not in rights:  # gone from the user's view: no more events (RFC 4314 4)
+                self.names.pop(mailbox_id, None)
+            if "r" in rights:
+                self.no_access.discard(mailbox_id)
         if subscribed != old_subscribed:
             lines += self._subscription_changes(old_subscribed, subscribed)
         self.subscribed = subscribed
@@ -362,6 +407,7 @@ class NotifyState:
                             b"NOTIFY is off"]
         for added in set(self.watched) - before:
             self.dirty.add(added)  # its marks are read at the next tick
+        lines += self.no_access_lines()
         lines += self._status_changes(found["rows"])
         if "metadata" in found:
             lines += self._metadata_changes(found["metadata"])
@@ -373,6 +419,7 @@ class NotifyState:
         lines = []
         old = self.names
         everything = set(names.values())
+        utf8 = utf8_names(self.session)
 
         def wanted(*candidates: str) -> bool:
             if any(self._own(self.own_names, n) for n in candidates):
@@ -384,12 +431,12 @@ class NotifyState:
         for mailbox_id, name in sorted(names.items(), key=lambda kv: kv[1]):
             was = old.get(mailbox_id)
             if was is None and wanted(name):
-                lines.append(_list_line(name, attrs(name)))
+                lines.append(_list_line(name, attrs(name), utf8=utf8))
             elif was is not None and was != name and wanted(name, was):
-                lines.append(_list_line(name, attrs(name), oldname=was))
+                lines.append(_list_line(name, attrs(name), oldname=was, utf8=utf8))
         for mailbox_id, name in sorted(old.items(), key=lambda kv: kv[1]):
             if mailbox_id not in names and name not in everything and wanted(name):
-                lines.append(_list_line(name, ["\\NonExistent"]))
+                lines.append(_list_line(name, ["\\NonExistent"], utf8=utf8))
         self.names = names
         return lines
 
@@ -406,7 +453,7 @@ class NotifyState:
                 attrs = _attrs(name, existing, new)
             else:
                 attrs = ["\\NonExistent", *(["\\Subscribed"] if name in new else [])]
-            lines.append(_list_line(name, attrs))
+            lines.append(_list_line(name, attrs, utf8=utf8_names(self.session)))
         return lines
 
     @staticmethod
@@ -440,7 +487,11 @@ class NotifyState:
         selected = self.session.selected
         skip = selected.mailbox.id if selected is not None else None
         lines = []
-        for mailbox_id, (mailbox, highest) in sorted(rows.items(), key=lambda kv: kv[1][0].name):
+        for mailbox_id, (mailbox, rights, highest) in sorted(rows.items(),
+                                                             key=lambda kv: kv[1][0].name):
+            if "r" not in rights:  # RFC 4314 4: nothing of it without r (now)
+                self.known.pop(mailbox_id, None)
+                continue
             events = self.watched.get(mailbox_id)
             before = self.known.get(mailbox_id)
             now = self.known[mailbox_id] = _status_values(mailbox, highest)
@@ -459,27 +510,42 @@ class NotifyState:
             items.append(("UNSEEN", unseen))
             if modseq is not None:
                 items.append(("HIGHESTMODSEQ", modseq))
-            lines.append(status_line(mailbox.name, items))
+            lines.append(status_line(mailbox.name, items, utf8_names(self.session)))
         return lines
 
     def _metadata_changes(self, digest: dict) -> list[bytes]:
-        """RFC 5465 5.6, 5.7 / RFC 5464 4.4.2: ``METADATA mailbox (entries)`` naming the
-        entries changed (values are not sent); server entries under the mailbox ``""``."""
+        """RFC 5465 5.6, 5.7 / RFC 5464 4.4.2: ``METADATA mailbox entry...`` naming the
+        entries changed (values are not sent); server entries under the mailbox ``""``.
+        Changes this session made itself are left out (5: SHOULD NOT be reported)."""
+        from .commands.metadata import unsolicited_metadata
         old, self.metadata = self.metadata or {}, digest
         changed: dict[str, set[str]] = {}
         for key in set(old) | set(digest):
-            if old.get(key) != digest.get(key):
+            if old.get(key) != digest.get(key) and not self._own(self.own_metadata, key):
                 changed.setdefault(key[0], set()).add(key[1])
         lines = []
+        utf8 = utf8_names(self.session)
         for mailbox, entries in sorted(changed.items()):
             if mailbox == "":
                 if not self.spec.wants(SERVER_METADATA_CHANGE):
                     continue
             elif MAILBOX_METADATA_CHANGE not in self.spec.events_for(mailbox, self.subscribed):
                 continue
-            names = " ".join(e for e in sorted(entries))
-            lines.append(b"METADATA " + encode_name(mailbox) + b" (" + names.encode() + b")")
+            lines.append(unsolicited_metadata(mailbox or None, sorted(entries), utf8))
         return lines
+
+
+def note_own_metadata(session, mailbox: str | None, entries) -> None:
+    """For SETMETADATA: the session's NOTIFY, if it reports metadata changes, does not report
+    these back (RFC 5465 5).  ``mailbox``: the name as the user gave it (None: the server);
+    only the user's own mailboxes are reported on, so only their names are marked."""
+    state = session.notify
+    if state is None or state.metadata is None:
+        return
+    if len(state.own_metadata) > OWN_CAP:
+        state.own_metadata.clear()
+    key = "" if mailbox is None else mailbox
+    state.own_metadata.update((key, entry) for entry in entries)
 
 
 def note_own(session, names=(), subscriptions=(), mailboxes=()) -> None:

@@ -30,6 +30,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from mailstore.acl import NAMESPACE_ROOTS
+
 from .context import Bad, No
 from .names import DELIMITER, decode_name
 from .render import parse_fetch_items
@@ -49,6 +51,7 @@ SELECTED, SELECTED_DELAYED = "SELECTED", "SELECTED-DELAYED"
 INBOXES, PERSONAL, SUBSCRIBED, SUBTREE, MAILBOXES = (
     "INBOXES", "PERSONAL", "SUBSCRIBED", "SUBTREE", "MAILBOXES")
 OTHER_FILTERS = (INBOXES, PERSONAL, SUBSCRIBED, SUBTREE, MAILBOXES)
+_OTHER_NAMESPACES = tuple(root + DELIMITER for root in NAMESPACE_ROOTS)
 
 
 def supported_events(metadata: bool) -> tuple[str, ...]:
@@ -72,7 +75,8 @@ class Filter:
         """Whether mailbox ``name`` is one this filter names (the subscription list as it
         stands now for SUBSCRIBED: 6.4 re-evaluates it as it changes)."""
         if self.kind == PERSONAL:
-            return True  # only the user's own namespace exists so far
+            # 6.2: the user's personal namespace only, never others' or Shared/ (RFC 2342).
+            return not name.startswith(_OTHER_NAMESPACES)
         if self.kind == INBOXES:
             # 6.3: the mailboxes delivery may put mail in: INBOX only, unless plus-addressing
             # can deliver to any folder (parse_notify_set made INBOXES PERSONAL then).
@@ -150,7 +154,7 @@ def _events(token, selected: bool, spec: NotifySpec, unsupported: list[str],
     return frozenset(events)
 
 
-def _mailbox_names(token) -> tuple[str, ...]:
+def _mailbox_names(token, utf8: bool = False) -> tuple[str, ...]:
     items = token if isinstance(token, list) else [token]
     if not items:
         raise Bad("SUBTREE and MAILBOXES need at least one mailbox name")
@@ -158,18 +162,19 @@ def _mailbox_names(token) -> tuple[str, ...]:
     for item in items:
         if isinstance(item, list):
             raise Bad("Expected a mailbox name")
-        name = decode_name(item)
+        name = decode_name(item, utf8)
         out.append("INBOX" if name.upper() == "INBOX" else name)
     return tuple(out)
 
 
 def parse_notify_set(args: list, supported: tuple[str, ...],
-                     any_folder_delivery: bool = False) -> NotifySpec:
+                     any_folder_delivery: bool = False, utf8: bool = False) -> NotifySpec:
     """The arguments after ``NOTIFY SET``.  Raises Bad (syntax, composition rules) or
     No with BADEVENT (events this server does not support).  ``any_folder_delivery``:
     delivery may file mail in any mailbox (``[delivery] plus_addressing``), so INBOXES is
     every personal mailbox (RFC 5465 6.3: "all selectable mailboxes in the user's personal
-    namespace(s) to which messages may be delivered by an MDA")."""
+    namespace(s) to which messages may be delivered by an MDA").  ``utf8``: mailbox names
+    are UTF-8, not modified UTF-7 (the session enabled UTF8=ACCEPT or IMAP4rev2)."""
     spec = NotifySpec()
     args = list(args)
     if args and isinstance(args[0], Atom) and args[0].upper() == "STATUS":
@@ -199,7 +204,7 @@ def parse_notify_set(args: list, supported: tuple[str, ...],
         if kind in (SUBTREE, MAILBOXES):
             if len(rest) != 2:
                 raise Bad(f"{kind} takes mailbox names and a list of events")
-            names = _mailbox_names(rest[0])
+            names = _mailbox_names(rest[0], utf8)
             rest = rest[1:]
         elif len(rest) != 1:
             raise Bad(f"{kind} takes one list of events")

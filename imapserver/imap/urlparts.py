@@ -3,15 +3,19 @@
 
 Who may read what (RFC 4469 3 and 5, RFC 4467 3.3, 6, 7.3):
 
-* a URL **without URLAUTH** is read with the session's own rights: a relative URL names one of
-  the user's mailboxes, an absolute one must name the session's user (RFC 4469 5: the server
-  MUST NOT take a plain URL to another user's mail).  Only CATENATE takes these.
+* a URL **without URLAUTH** is read with the session's own rights: a relative URL names a
+  mailbox by the user's own name for it (``Other Users/alice/Team`` for one shared with
+  them), an absolute one must name the session's user (RFC 4469 5: the server MUST NOT take
+  a plain URL to another user's mail); the user needs ``r`` on the mailbox (RFC 4314 4).
+  Only CATENATE takes these.
 * a URL **with URLAUTH** (``;URLAUTH=access:INTERNAL:verifier``) is read with the rights its
   verifier grants: the named user's mailbox, if the verifier is the HMAC of the URL's rump
   under that user's current key for the mailbox, ``;EXPIRE=`` has not passed, and the access
   identifier admits the session's user (``anonymous``, ``authuser``: anyone logged in;
   ``user+name``: that user; ``submit+name``: a submission server's login listed in
-  ``[imap] urlauth_submit_users``).
+  ``[imap] urlauth_submit_users``), and the URL's user still has ``r`` on the mailbox the
+  URL names by their own name for it (checked at every fetch: a right taken away kills the
+  URL, as a RESETKEY does).
 
 Everything a URL could fail on -- syntax, the mailbox, UIDVALIDITY, an expunged UID, a section
 the message does not have, the verifier -- is one :class:`BadUrl` with no more detail, so a
@@ -27,8 +31,8 @@ import urllib.parse
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from mailstore import names
-from mailstore.errors import InvalidName, NotFound
+from mailstore import names, sharing
+from mailstore.errors import InvalidName, NotFound, PermissionDenied
 from mailstore.mailboxes import Mailbox
 from mailstore.messages import BODY, HEADER, SUMMARY, MessageView
 from mailstore.urlauth import internal_verifier
@@ -87,6 +91,8 @@ def check_urlauth(store, url: ImapUrl, session_user: str, submit_users: list[str
     if not _admits(url.access, session_user, submit_users):
         raise BadUrl("access identifier does not admit this user")
     owner = _user(url.user)
+    # The URL's user must still have r on its mailbox now (RFC 4467 6 with RFC 4314 4:
+    # the URL reads with its owner's rights, as they stand at fetch time).
     mailbox = _mailbox(store, owner, url.mailbox)
     key = store.urlauth_key(owner, mailbox)
     if key is None or not hmac.compare_digest(internal_verifier(key, url.rump),
@@ -147,12 +153,15 @@ def _plan(section: str, view: MessageView):
         raise BadUrl("section cannot be resolved") from None
 
 
-def _mailbox(store, owner: str, name: str | None) -> Mailbox:
+def _mailbox(store, user: str, name: str | None) -> Mailbox:
+    """The mailbox ``user`` calls ``name`` (``Other Users/alice/Team`` included, RFC 2342),
+    if ``user`` may read it (RFC 4314 4: ``r``); BadUrl otherwise, the same for a mailbox
+    hidden, unreadable or missing (RFC 4314 6: no oracle)."""
     if not name:
         raise BadUrl("no mailbox")
     try:
-        return store.mailbox(owner, name)
-    except (NotFound, InvalidName):
+        return sharing.open_mailbox(store, user, name, "r")[0]
+    except (NotFound, PermissionDenied, InvalidName):
         raise BadUrl("no such mailbox") from None
 
 

@@ -26,6 +26,7 @@ from mailstore.errors import InvalidName
 
 from ..context import AUTH, SELECTED, Bad, command
 from ..names import decode_name, encode_name
+from ..rev2 import utf8_names
 from ..wire import ParseError, as_text, astring
 
 
@@ -37,14 +38,21 @@ def _text(token, what: str) -> str:
 
 
 def _shown(ctx, mailbox) -> bytes:
-    return encode_name(public_name(ctx.session.user, mailbox.owner, mailbox.name))
+    """The mailbox by the name the user sees (RFC 2342), in the session's spelling."""
+    return encode_name(public_name(ctx.session.user, mailbox.owner, mailbox.name),
+                       utf8_names(ctx.session))
+
+
+def _name(ctx) -> str:
+    """The mailbox argument, UTF-8 once enabled (RFC 6855 3, RFC 9051 5.1)."""
+    return decode_name(ctx.args[0], utf8_names(ctx.session))
 
 
 @command("SETACL", AUTH, SELECTED)
 @defer.inlineCallbacks
 def setacl(ctx):
     ctx.expect_args(3)
-    name = decode_name(ctx.args[0])
+    name = _name(ctx)
     identifier, rights = _text(ctx.args[1], "identifier"), _text(ctx.args[2], "rights")
     try:
         yield ctx.call(sharing.set_acl, ctx.store, ctx.session.user, name, identifier, rights)
@@ -59,7 +67,7 @@ def setacl(ctx):
 @defer.inlineCallbacks
 def deleteacl(ctx):
     ctx.expect_args(2)
-    name = decode_name(ctx.args[0])
+    name = _name(ctx)
     identifier = _text(ctx.args[1], "identifier")
     try:
         yield ctx.call(sharing.delete_acl, ctx.store, ctx.session.user, name, identifier)
@@ -72,7 +80,7 @@ def deleteacl(ctx):
 @defer.inlineCallbacks
 def getacl(ctx):
     ctx.expect_args(1)
-    name = decode_name(ctx.args[0])
+    name = _name(ctx)
     mailbox, _rights = yield ctx.call(sharing.open_mailbox, ctx.store, ctx.session.user,
                                       name, "a")
     line = b"ACL " + _shown(ctx, mailbox)
@@ -87,7 +95,7 @@ def getacl(ctx):
 @defer.inlineCallbacks
 def listrights(ctx):
     ctx.expect_args(2)
-    name = decode_name(ctx.args[0])
+    name = _name(ctx)
     identifier = _text(ctx.args[1], "identifier")
     mailbox, _rights = yield ctx.call(sharing.open_mailbox, ctx.store, ctx.session.user,
                                       name, "a")
@@ -103,7 +111,7 @@ def listrights(ctx):
 @defer.inlineCallbacks
 def myrights(ctx):
     ctx.expect_args(1)
-    name = decode_name(ctx.args[0])
+    name = _name(ctx)
     # RFC 4314 3.5: any right at all lets the user ask.
     mailbox, rights = yield ctx.call(sharing.open_mailbox, ctx.store, ctx.session.user,
                                      name, "")

@@ -130,7 +130,7 @@ def _select(ctx, readonly: bool):
     if is_rev2:
         # RFC 9051 6.3.2: no RECENT and no OK [UNSEEN] (Appendix E), but the mailbox's LIST
         # -- its name as stored, with its attributes.
-        ctx.untagged(_selected_list_line(selected))
+        ctx.untagged(_selected_list_line(selected, ctx.session.user))
     else:
         ctx.untagged(b"%d RECENT" % len(selected.recent))
         if selected.first_unseen is not None:
@@ -149,13 +149,16 @@ def _select(ctx, readonly: bool):
     ctx.finish(b"OK", f"{ctx.name} completed", "READ-ONLY" if readonly else "READ-WRITE")
 
 
-def _selected_list_line(selected) -> bytes:
-    """The untagged LIST an IMAP4rev2 SELECT/EXAMINE sends (RFC 9051 6.3.2, always UTF-8)."""
+def _selected_list_line(selected, user: str) -> bytes:
+    """The untagged LIST an IMAP4rev2 SELECT/EXAMINE sends (RFC 9051 6.3.2, always UTF-8):
+    the mailbox by the name ``user`` sees it by (``Other Users/alice/Team`` for another's,
+    RFC 2342 5), never by its owner's name."""
     mailbox = selected.mailbox
+    name = public_name(user, mailbox.owner, mailbox.name)
     attrs = ["\\HasChildren" if selected.has_children else "\\HasNoChildren"]
     if mailbox.special_use:
         attrs.append(mailbox.special_use)
-    return f"LIST ({' '.join(attrs)}) \"{DELIMITER}\" ".encode() + encode_name(mailbox.name, True)
+    return f"LIST ({' '.join(attrs)}) \"{DELIMITER}\" ".encode() + encode_name(name, True)
 
 
 def _oldname_line(name: str, oldname: str) -> bytes:

@@ -25,7 +25,7 @@ import re
 from twisted.internet import defer
 
 from mailstore import sharing
-from mailstore.acl import flag_changeable
+from mailstore.acl import flag_changeable, public_name
 from mailstore.errors import NotFound
 from mailstore.messages import canonical_flags
 
@@ -173,7 +173,10 @@ def take_append_message(args: list, verb: str, session=None
     if session is not None and len(args) >= 2 and isinstance(args[0], Atom) \
             and args[0].upper() == "CATENATE":
         selected = session.selected
-        base = (selected.mailbox.name, selected.mailbox.uidvalidity) if selected else None
+        # The selected mailbox by the name the user sees it by: a ";UID=" URL in another
+        # user's selected mailbox names that mailbox, not one of the user's own.
+        base = (public_name(session.user, selected.mailbox.owner, selected.mailbox.name),
+                selected.mailbox.uidvalidity) if selected else None
         args.pop(0)
         return flags, date, parse_catenate(args.pop(0), base)
     if args and isinstance(args[0], Atom) and args[0].upper() == "UTF8":

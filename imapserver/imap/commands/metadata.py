@@ -18,12 +18,16 @@ answered lower case; a requested entry without a value is answered NIL with DEPT
 out of a deeper answer, as Dovecot does.  Mail semantics (names, limits, what is read-only, the
 predefined entries) are :mod:`mailstore.metadata`'s; this module parses and renders.  NOPRIVATE
 never applies: every mailbox here has private entries.  The unsolicited METADATA response of
-4.4.2 is only for NOTIFY's MailboxMetadataChange (RFC 5465 5.4), which polls
-``MailStore.metadata_marks``.
+4.4.2 is only for NOTIFY's MailboxMetadataChange and ServerMetadataChange (RFC 5465 5.6,
+5.7): every SETMETADATA that changes something moves the user's metadata generation on,
+which NOTIFY polls (notify_session.py).
 
-Rights (RFC 5464 3.2.2, once ACLs exist): reading or writing a mailbox's entries, private or
-shared, needs ``l`` and one of ``r``, ``s``, ``w``, ``i``, ``p`` on it; mailboxes here are
-their owner's, who has them all.
+Rights (RFC 5464 3.3 with RFC 4314): reading or writing a mailbox's entries, private or
+shared, needs ``l`` and one of ``r``, ``s``, ``w``, ``i``, ``p`` on it (mailstore checks
+them through sharing.open_mailbox: without ``l`` the answer is the NO [NONEXISTENT] of a
+missing mailbox, with ``l`` alone NO [NOPERM]); ``/private`` entries on another user's
+mailbox are the reader's own; its ``/private/specialuse`` is the owner's setting, not
+theirs to read or set.  Server entries need no right.
 """
 
 from __future__ import annotations
@@ -44,6 +48,8 @@ from mailstore.metadata import (
 
 from ..context import AUTH, SELECTED, Bad, No, command
 from ..names import decode_name, encode_name
+from ..notify_session import note_own_metadata
+from ..rev2 import utf8_names
 from ..wire import Atom, ParseError, as_text, astring, nstring
 
 
@@ -55,11 +61,12 @@ def policy(ctx) -> Policy:
                   max_user_octets=imap["metadata_max_user_size"], admin=imap["metadata_admin"])
 
 
-def _mailbox(token) -> str | None:
-    """The mailbox argument: None for ``""`` (the server, RFC 5464 4.2)."""
+def _mailbox(ctx, token) -> str | None:
+    """The mailbox argument: None for ``""`` (the server, RFC 5464 4.2); UTF-8 once the
+    session enabled it (RFC 6855 3, RFC 9051 5.1)."""
     if isinstance(token, bytes) and token == b"":
         return None
-    return decode_name(token)
+    return decode_name(token, utf8_names(ctx.session))
 
 
 def _entry(token) -> str:
@@ -106,7 +113,7 @@ def getmetadata(ctx):
     if len(args) != 2 or isinstance(args[0], list):
         raise Bad("GETMETADATA takes [options] mailbox entries")
     maxsize, depth = _options(options)
-    mailbox = _mailbox(args[0])
+    mailbox = _mailbox(ctx, args[0])
     wanted = args[1] if isinstance(args[1], list) else [args[1]]
     if not wanted:
         raise Bad("GETMETADATA needs at least one entry")
@@ -120,17 +127,20 @@ def getmetadata(ctx):
             continue
         items.append(astring(name) + b" " + value_text(value))
     if items:
-        where = b'""' if stored_name is None else encode_name(stored_name)
+        where = b'""' if stored_name is None else encode_name(stored_name,
+                                                             utf8_names(ctx.session))
         ctx.untagged(b"METADATA " + where + b" (" + b" ".join(items) + b")")
     if longest:
         ctx.ok_code = f"METADATA LONGENTRIES {longest}"
 
 
-def unsolicited_metadata(mailbox_name: str | None, entries) -> bytes:
+def unsolicited_metadata(mailbox_name: str | None, entries, utf8: bool = False) -> bytes:
     """An unsolicited METADATA response without values (RFC 5464 4.4.2), for NOTIFY's
-    MailboxMetadataChange (RFC 5465 5.4): ``METADATA mailbox entry...`` -- the mailbox's name
-    (None: the server) and the entries that changed (metadata.changed_entries)."""
-    where = b'""' if mailbox_name is None else encode_name(mailbox_name)
+    MailboxMetadataChange and ServerMetadataChange (RFC 5465 5.6, 5.7): ``METADATA mailbox
+    entry...`` -- the mailbox's name as the user sees it (None: the server), spelt in UTF-8
+    with ``utf8``, and the entries that changed (metadata.changed_entries), unparenthesised
+    as RFC 5464 4.4.2's entry-list and its example."""
+    where = b'""' if mailbox_name is None else encode_name(mailbox_name, utf8)
     return b"METADATA " + where + b" " + b" ".join(astring(e) for e in entries)
 
 
@@ -158,12 +168,13 @@ def setmetadata(ctx):
     pairs = ctx.args[1]
     if not isinstance(pairs, list) or not pairs or len(pairs) % 2:
         raise Bad("SETMETADATA takes a mailbox and a list of entry and value pairs")
-    mailbox = _mailbox(ctx.args[0])
+    mailbox = _mailbox(ctx, ctx.args[0])
     limits = policy(ctx)
     changes = [(_entry(entry), _value(value, limits.max_value))
                for entry, value in zip(pairs[::2], pairs[1::2], strict=True)]
     try:
-        yield ctx.call(ctx.store.set_metadata, ctx.session.user, mailbox, changes, limits)
+        changed = yield ctx.call(ctx.store.set_metadata, ctx.session.user, mailbox, changes,
+                                 limits)
     except EntryTooLarge as exc:
         raise No("Metadata value too large", f"METADATA MAXSIZE {exc.limit}") from None
     except TooManyEntries:
@@ -178,3 +189,6 @@ def setmetadata(ctx):
         raise Bad(str(exc)) from None
     except ParseError as exc:
         raise Bad(str(exc)) from None
+    if changed:
+        # RFC 5465 5: the session's own change is not reported back to it.
+        note_own_metadata(ctx.session, mailbox, [name for name, _ in changes])

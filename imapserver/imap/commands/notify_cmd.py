@@ -20,14 +20,19 @@ from twisted.internet import defer
 from ..context import AUTH, SELECTED, Bad, No, command
 from ..notify_session import NotifyState, metadata_supported
 from ..notify_spec import parse_notify_set, supported_events
+from ..rev2 import utf8_names
 from ..wire import Atom
 from .common import report_changes
 
 
 def _load(state: NotifyState, store) -> list[bytes]:
     state.load(store)
-    if state.overflowing or not state.spec.status:
+    if state.overflowing:
         return []
+    if not state.spec.status:
+        # Message events asked for a mailbox the user sees without r: LIST (\NoAccess)
+        # at NOTIFY SET, STATUS or not (RFC 5465 3.1 with RFC 4314 4).
+        return state.no_access_lines()
     return state.initial_status(store)
 
 
@@ -46,7 +51,8 @@ def notify(ctx):
     if word != "SET":
         raise Bad("NOTIFY takes SET or NONE")
     spec = parse_notify_set(ctx.args[1:], supported_events(metadata_supported(ctx.store)),
-                            ctx.server.cfg["delivery"]["plus_addressing"])
+                            ctx.server.cfg["delivery"]["plus_addressing"],
+                            utf8_names(session))
     state = NotifyState(session, ctx.conn, spec)
     status = yield ctx.call(_load, state, ctx.store)
     if state.overflowing:

@@ -25,12 +25,14 @@ import itertools
 
 from twisted.internet import defer
 
-from mailstore.errors import NotFound
+from mailstore import sharing
+from mailstore.errors import InvalidName, NotFound, PermissionDenied
 from mailstore.urlauth import internal_verifier
 
 from ..context import AUTH, SELECTED, Bad, No, command
 from ..imapurl import UrlError, parse_url
 from ..names import decode_name
+from ..rev2 import utf8_names
 from ..urlparts import BadUrl, expired, open_url
 from ..wire import Atom, as_text, astring
 from .fetch import STREAM_ABOVE, _next_chunk
@@ -77,8 +79,10 @@ def genurlauth(ctx):
             if url.expire is not None and expired(url.expire, now):
                 raise Bad("URLAUTH has already expired")
             try:
-                mailbox = ctx.store.mailbox(user, url.mailbox)
-            except NotFound:
+                # RFC 4467 7.2 with RFC 4314 4: only for a mailbox the user may read; one
+                # hidden or unreadable answers as one that does not exist (RFC 4314 6).
+                mailbox, _ = sharing.open_mailbox(ctx.store, user, url.mailbox or "", "r")
+            except (NotFound, PermissionDenied, InvalidName):
                 raise Bad(f"Invalid URL: Mailbox doesn't exist: {url.mailbox}") from None
             if url.uidvalidity is not None and url.uidvalidity != mailbox.uidvalidity:
                 raise Bad("Invalid URL: Invalid UIDVALIDITY")
@@ -99,7 +103,7 @@ def resetkey(ctx):
     replaced.  Either way the URLs made with the old keys stop working."""
     name = None
     if ctx.args:
-        name = decode_name(ctx.args[0])
+        name = decode_name(ctx.args[0], utf8_names(ctx.session))
         for mech in ctx.args[1:]:
             if not isinstance(mech, Atom) or mech.upper() != MECHANISM:
                 raise No("Unsupported URLAUTH mechanism")
@@ -108,7 +112,8 @@ def resetkey(ctx):
     def run():
         try:
             ctx.store.reset_urlauth_keys(user, name)
-        except NotFound:
+        except (NotFound, InvalidName):
+            # Hidden or missing alike (RFC 4314 6); seen without r: NO [NOPERM].
             raise No(f"Mailbox doesn't exist: {name}") from None
     yield ctx.call(run)
     if name is None:
