@@ -111,6 +111,12 @@ class Table(abc.ABC):
     def row(self, row: bytes, columns: Columns = None) -> Row:
         """The selected cells of ``row``; an empty dict if the row or the cells are absent."""
 
+    def large_cells(self, row: bytes, columns: Sequence[bytes]) -> Row:
+        """:meth:`row` for cells known to be large (message content chunks, 64 KiB to 1 MiB
+        each, read while streaming a body): the same result.  A backend may read such values
+        a cheaper way; by default this is :meth:`row`."""
+        return self.row(row, columns)
+
     @abc.abstractmethod
     def rows(self, rows: Sequence[bytes], columns: Columns = None) -> list[tuple[bytes, Row]]:
         """Fetch many rows in one round trip.
