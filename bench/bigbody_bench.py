@@ -13,7 +13,8 @@ Dovecot, alternating.  Per repetition, on one logged-in connection:
 * ``FETCH n BODY[]`` (the same octets; it also sets \\Seen);
 * once, the first message fetched by a reader at ``--slow-rate`` octets/s (RSS only).
 
-Each time is the client's wall time from sending the command to reading its tagged OK; each
+Each time is the client's wall time from sending the command to reading its tagged OK (the
+server's CPU seconds meanwhile are shown too: they move less with the machine's load); each
 growth is the serving process's RSS over its value just before the command (sampled every 5 ms
 and checked against VmHWM, reset first).  Every FETCH's literal is hashed as it is read and
 compared with the message APPENDed: a run that returns other octets fails.  Medians are
@@ -31,7 +32,6 @@ import shutil
 import statistics
 import sys
 import tempfile
-import time
 import zlib
 from pathlib import Path
 
@@ -45,6 +45,7 @@ from imap_servers import (  # noqa: E402
     Mail,
     Mailbox,
     OurServer,
+    cpu_seconds,
     fill_maildir,
     fill_ours,
 )
@@ -90,7 +91,12 @@ def one_round(server, user: str, msg: bytes, want: str, number: int, slow_rate: 
         c.start_deflate()
     pid = _serving_pid(server, c)
     out: dict = {}
-    out["append_s"], out["append_kib"] = _growth(pid, lambda: c.command(b"APPEND INBOX", msg))
+
+    def measure(name: str, run) -> None:
+        cpu = cpu_seconds(pid)
+        out[f"{name}_s"], out[f"{name}_kib"] = _growth(pid, run)
+        out[f"{name}_cpu"] = cpu_seconds(pid) - cpu
+    measure("append", lambda: c.command(b"APPEND INBOX", msg))
     c.command(b"SELECT INBOX")
     fetches = [("peek", b"FETCH %d BODY.PEEK[]" % number, None),
                ("body", b"FETCH %d BODY[]" % number, None)]
@@ -99,8 +105,7 @@ def one_round(server, user: str, msg: bytes, want: str, number: int, slow_rate: 
     for name, command, rate in fetches:
         c.read_rate = rate
         c.skipped = hashlib.sha256()
-        out[f"{name}_s"], out[f"{name}_kib"] = _growth(
-            pid, lambda cmd=command: c.command(cmd, keep=False))
+        measure(name, lambda cmd=command: c.command(cmd, keep=False))
         if c.skipped.hexdigest() != want:
             raise RuntimeError(f"{server.name}: {command!r} did not return the octets APPENDed")
     c.read_rate = None
@@ -165,6 +170,8 @@ def main() -> None:
         a, b = med("ours", key + "_s"), med("dovecot", key + "_s")
         print(f"| {label}: time | {a:.3f} s | {b:.3f} s | {a / b:.2f} x | <= 2 x "
               f"({'met' if a <= 2 * b else 'missed'}) |")
+        a, b = med("ours", key + "_cpu"), med("dovecot", key + "_cpu")
+        print(f"| ... server CPU | {a:.3f} s | {b:.3f} s | {a / max(b, 1e-3):.2f} x |  |")
         ga, gb = worst("ours", key + "_kib") / 1024, worst("dovecot", key + "_kib") / 1024
         print(f"| ... RSS growth | {ga:.1f} MiB | {gb:.1f} MiB | n/a | <= 32 MiB "
               f"({'met' if ga <= 32 else 'missed'}) |")

@@ -148,7 +148,9 @@ class ChunkWriter(io.RawIOBase):
             cells[STARTED] = encode_counter(int(self._clock()))
         if extra:
             cells.update(extra)
-        self.table.put(self.content_id, cells)
+            self.table.put(self.content_id, cells)  # completes the content
+        else:
+            self.table.put_large(self.content_id, cells)
 
     def commit(self) -> bytes:
         """Write the last chunk with the content's info and reference count; return its id."""

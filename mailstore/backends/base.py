@@ -117,6 +117,12 @@ class Table(abc.ABC):
         a cheaper way; by default this is :meth:`row`."""
         return self.row(row, columns)
 
+    def put_large(self, row: bytes, data: Mapping[bytes, bytes]) -> None:
+        """:meth:`put` of cells known to be large (the chunks of a big message's content, but
+        not its last put, the one that completes it).  The same guarantees; a backend may put
+        off housekeeping that the completing put then does once.  By default :meth:`put`."""
+        self.put(row, data)
+
     @abc.abstractmethod
     def rows(self, rows: Sequence[bytes], columns: Columns = None) -> list[tuple[bytes, Row]]:
         """Fetch many rows in one round trip.

@@ -39,6 +39,8 @@ from .base import (
 from .private import private_dir, private_file
 
 _SYNC_MODES = ("NORMAL", "FULL")
+AUTOCHECKPOINT = 1000
+"""SQLite's default ``wal_autocheckpoint`` (pages), restored after each EmbeddedTable.put_large."""
 MAP_READS = 1 << 40
 """The memory map asked for while reading large cells (EmbeddedTable.large_cells): the whole
 file, as far as SQLite's build allows (Debian's: 2 GiB; pages past it are read as usual)."""
@@ -214,6 +216,28 @@ class EmbeddedTable(Table):
     def put(self, row: bytes, data: Mapping[bytes, bytes]) -> None:
         if data:
             self._insert(row, data)
+
+    def put_large(self, row: bytes, data: Mapping[bytes, bytes]) -> None:
+        # A commit that finds the write-ahead log over 1,000 pages checkpoints it, and each
+        # checkpoint fsyncs the log and the database: a 50 MB message put chunk by chunk paid
+        # about a dozen of them (24 fsyncs), which is most of an APPEND's time when the disk
+        # is busy.  Its chunks go to the log without checkpointing; the put that completes the
+        # content (ChunkWriter.commit, an ordinary put) checkpoints all of it once.  The log
+        # grows by at most one message meanwhile.
+        if not data:
+            return
+        db = self.backend._conn()
+        try:
+            db.execute("PRAGMA wal_autocheckpoint=0")
+        except sqlite3.Error as exc:
+            raise BackendUnavailable(f"embedded store: {exc}") from exc
+        try:
+            self._insert(row, data)
+        finally:
+            try:
+                db.execute(f"PRAGMA wal_autocheckpoint={AUTOCHECKPOINT}")
+            except sqlite3.Error:
+                pass  # the put's own outcome is what the caller hears of
 
     def _insert(self, row: bytes, puts: Mapping[bytes, bytes]) -> None:
         # One row of puts is one multi-row INSERT: a single statement is atomic on its own,
