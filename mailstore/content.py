@@ -276,7 +276,10 @@ class ChunkReader(io.RawIOBase):
             want = list(range(missing[0], min(total, missing[0] + self.read_ahead - 1) + 1))
         # Drop what this read does not need, so memory stays at a few chunks.
         self._cache = {i: c for i, c in self._cache.items() if first <= i <= last}
-        cells = self.table.large_cells(self.content_id, [chunk_column(i) for i in want])
+        # Content of several chunks is read as large cells (the embedded store maps its file
+        # for them); most mail is one chunk, read as an ordinary row without that set-up.
+        get = self.table.large_cells if self.size > self.chunk_size else self.table.row
+        cells = get(self.content_id, [chunk_column(i) for i in want])
         for i in want:
             chunk = cells.get(chunk_column(i))
             if chunk is None:
