@@ -148,7 +148,9 @@ class ChunkWriter(io.RawIOBase):
             cells[STARTED] = encode_counter(int(self._clock()))
         if extra:
             cells.update(extra)
-        self.table.put(self.content_id, cells)
+            self.table.put(self.content_id, cells)  # completes the content
+        else:
+            self.table.put_large(self.content_id, cells)
 
     def commit(self) -> bytes:
         """Write the last chunk with the content's info and reference count; return its id."""
@@ -232,22 +234,34 @@ class ChunkReader(io.RawIOBase):
         return len(data)
 
     def read(self, size: int = -1) -> bytes:  # type: ignore[override]
+        pieces = self.read_pieces(size)
+        # One copy at most: a read of exactly one stored chunk returns that chunk itself.
+        return pieces[0] if len(pieces) == 1 else b"".join(pieces)
+
+    def read_pieces(self, size: int = -1) -> list[bytes]:
+        """Up to ``size`` octets from the current position (all that is left if negative), as
+        a list of pieces in order: whole stored chunks where the read covers them (no copy),
+        slices of the first and last otherwise.  Empty at the end of the content.
+
+        For streaming a big body (FETCH): the pieces go to the socket as they are, without
+        being joined into one more copy."""
         if self._pos >= self.size:
-            return b""
+            return []
         end = self.size if size is None or size < 0 else min(self.size, self._pos + size)
         if end <= self._pos:
-            return b""
+            return []
         first = self._pos // self.chunk_size + 1
         last = (end - 1) // self.chunk_size + 1
         self._fetch(first, last, sequential=(self._pos == self._last_end))
-        out = bytearray()
+        out = []
         for index in range(first, last + 1):
             chunk = self._cache[index]
             base = (index - 1) * self.chunk_size
-            out += chunk[max(self._pos, base) - base:min(end, base + len(chunk)) - base]
+            lo, hi = max(self._pos, base) - base, min(end, base + len(chunk)) - base
+            out.append(chunk if lo == 0 and hi == len(chunk) else chunk[lo:hi])
         self._pos = end
         self._last_end = end
-        return bytes(out)
+        return out
 
     def readall(self) -> bytes:
         return self.read(-1)
@@ -262,7 +276,10 @@ class ChunkReader(io.RawIOBase):
             want = list(range(missing[0], min(total, missing[0] + self.read_ahead - 1) + 1))
         # Drop what this read does not need, so memory stays at a few chunks.
         self._cache = {i: c for i, c in self._cache.items() if first <= i <= last}
-        cells = self.table.row(self.content_id, [chunk_column(i) for i in want])
+        # Content of several chunks is read as large cells (the embedded store maps its file
+        # for them); most mail is one chunk, read as an ordinary row without that set-up.
+        get = self.table.large_cells if self.size > self.chunk_size else self.table.row
+        cells = get(self.content_id, [chunk_column(i) for i in want])
         for i in want:
             chunk = cells.get(chunk_column(i))
             if chunk is None:

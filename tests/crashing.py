@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import threading
 
-WRITES = ("put", "delete", "mutate_rows", "increment", "increment_many", "check_and_put",
-          "put_then_check_and_put")
+WRITES = ("put", "put_large", "delete", "mutate_rows", "increment", "increment_many",
+          "check_and_put", "put_then_check_and_put")
 
 
 class Crash(BaseException):

@@ -8,8 +8,10 @@ here parses literals by their count only, so one octet out of place fails.
 
 Both sides of every size threshold on the way are covered: the streaming threshold itself
 (1,048,576 and 1,048,577 octets, and a multi-MB message), the store's content chunk size
-(262,144, the configured default), the 64 KiB read size of ``iter_section`` and the
-``CONTENT_BATCH`` of 16 messages per batch.
+(262,144, the configured default), ``STREAM_HOP`` (the octets a streamed literal reads per
+thread-pool round trip, with the next read in flight while they drain: 1 MiB, so 2 MiB - 1,
+2 MiB and 2 MiB + 1 end inside, at and just past a hop) and the ``CONTENT_BATCH`` of 16
+messages per batch.
 """
 
 from __future__ import annotations
@@ -20,15 +22,13 @@ import ssl
 
 import pytest
 
-from imapserver.imap.commands.fetch import CONTENT_BATCH, STREAM_ABOVE
-from imapserver.imap.sections import iter_section
+from imapserver.imap.commands.fetch import CONTENT_BATCH, STREAM_ABOVE, STREAM_HOP
 from mailstore.content import DEFAULT_CHUNK
 from tests.imapproc import Client, ServerProcess, make_users
 from tests.tlscert import make_cert
 
 MIB = 1024 * 1024
 TRANSPORTS = ["plain", "starttls", "imaps"]
-READ_CHUNK = iter_section.__defaults__[-1]  # octets iter_section reads at once (64 KiB)
 
 
 def filler(n: int, seed: int) -> bytes:
@@ -75,9 +75,9 @@ def multipart(n: int, first: int, second: int) -> tuple[bytes, bytes, bytes]:
 
 
 # Messages, in mailbox order (UID k+1 is MESSAGES[k]).
-SIZES_AROUND = [READ_CHUNK - 1, READ_CHUNK, READ_CHUNK + 1, DEFAULT_CHUNK - 1, DEFAULT_CHUNK,
-                DEFAULT_CHUNK + 1, 2 * DEFAULT_CHUNK, 2 * DEFAULT_CHUNK + 1, MIB - 1, 2 * MIB,
-                300, 5000]
+SIZES_AROUND = [64 * 1024 - 1, 64 * 1024, 64 * 1024 + 1, DEFAULT_CHUNK - 1, DEFAULT_CHUNK,
+                DEFAULT_CHUNK + 1, 2 * DEFAULT_CHUNK, 2 * DEFAULT_CHUNK + 1, MIB - 1,
+                2 * STREAM_HOP - 1, 2 * STREAM_HOP, 2 * STREAM_HOP + 1, 300, 5000]
 
 
 def build_messages() -> dict[str, bytes]:
@@ -101,7 +101,7 @@ UID = {name: k + 1 for k, name in enumerate(NAMES)}
 
 def test_the_thresholds_are_what_this_file_assumes():
     assert STREAM_ABOVE == MIB
-    assert READ_CHUNK == 64 * 1024
+    assert STREAM_HOP == MIB and DEFAULT_CHUNK == 256 * 1024  # a hop is four store chunks
     assert len(NAMES) > CONTENT_BATCH  # FETCH 1:* below spans two content batches
     assert len(MESSAGES["at"]) == MIB and len(MESSAGES["over"]) == MIB + 1
     assert len(MESSAGES["text_over.TEXT"]) == MIB + 1 and len(MESSAGES["mixed.1"]) == MIB + 1

@@ -29,7 +29,7 @@ _OPERATION_OF_FUNCTION = {
     "_list_data": "list_mailboxes", "_recent_counts": "mailbox_status",
     "create_mailbox": "create_mailbox", "rename_mailbox": "rename_mailbox",
     "subscribe": "subscribe", "unsubscribe": "unsubscribe", "_render_batch": "fetch",
-    "_next_chunk": "read_content", "retest_contexts": "search",
+    "_next_pieces": "read_content", "retest_contexts": "search",
     "_deleted_counts": "mailbox_status", "quota": "quota",
     # CONDSTORE/QRESYNC (RFC 7162): HIGHESTMODSEQ is mailbox status; CHANGEDSINCE's narrowing
     # and VANISHED (EARLIER) belong to the FETCH that asked.

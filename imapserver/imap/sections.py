@@ -297,15 +297,19 @@ def find_part(body: dict, path: tuple[int, ...]) -> dict | None:
 def _read_exact(reader: BinaryIO, start: int, length: int) -> Iterator[bytes]:
     """``length`` octets of ``reader`` from ``start``, in the chunks the reader returns."""
     reader.seek(start)
+    # A chunked store's reader hands out its stored chunks as they are (a FETCH streaming a big
+    # body writes them to the socket without joining them first); other readers, bytes.
+    read_pieces = getattr(reader, "read_pieces", None)
     left = length
     while left > 0:
-        data = reader.read(left)
-        if not data:
+        pieces = read_pieces(left) if read_pieces is not None else [reader.read(left)]
+        if not pieces or not pieces[0]:
             # The literal's length is already on the wire: a short message cannot be papered
             # over, the connection has to be dropped.
             raise OSError(f"message content ends {left} octets before its metadata says")
-        left -= len(data)
-        yield data
+        for data in pieces:
+            left -= len(data)
+            yield data
 
 
 def iter_section(plan: Plan, reader: BinaryIO | None, partial: tuple[int, int] | None = None,

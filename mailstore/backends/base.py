@@ -111,6 +111,18 @@ class Table(abc.ABC):
     def row(self, row: bytes, columns: Columns = None) -> Row:
         """The selected cells of ``row``; an empty dict if the row or the cells are absent."""
 
+    def large_cells(self, row: bytes, columns: Sequence[bytes]) -> Row:
+        """:meth:`row` for cells known to be large (message content chunks, 64 KiB to 1 MiB
+        each, read while streaming a body): the same result.  A backend may read such values
+        a cheaper way; by default this is :meth:`row`."""
+        return self.row(row, columns)
+
+    def put_large(self, row: bytes, data: Mapping[bytes, bytes]) -> None:
+        """:meth:`put` of cells known to be large (the chunks of a big message's content, but
+        not its last put, the one that completes it).  The same guarantees; a backend may put
+        off housekeeping that the completing put then does once.  By default :meth:`put`."""
+        self.put(row, data)
+
     @abc.abstractmethod
     def rows(self, rows: Sequence[bytes], columns: Columns = None) -> list[tuple[bytes, Row]]:
         """Fetch many rows in one round trip.

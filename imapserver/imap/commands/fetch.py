@@ -69,6 +69,10 @@ CONTENT_BATCH = 16
 """Messages per batch when message octets are fetched: a batch's responses are built in
 memory (sections over STREAM_ABOVE excepted), so this bounds it to ~16 MiB."""
 STREAM_ABOVE = 1024 * 1024
+STREAM_HOP = 1024 * 1024
+"""Octets a streamed literal reads per thread-pool round trip (four 256 KiB chunks, one store
+read): one hop is in flight while the previous one drains to the client, so serving a big
+body holds about two hops, and a slow reader stops the reads (bench/RESULTS.md)."""
 
 
 class Stream:
@@ -181,7 +185,7 @@ def _render_batch(store, mailbox, batch, columns, items, set_seen, seq_of, own,
                 if plan.needs_content and reader is None:
                     reader = store.open_message(view)
                 count, chunks = iter_section(plan, reader if plan.needs_content else None,
-                                             item.partial)
+                                             item.partial, chunk=STREAM_HOP)
                 head = item.name.encode() + b" {%d}\r\n" % count
                 try:
                     parts.append(_literal(head, count, chunks))
@@ -212,8 +216,17 @@ def _literal(head: bytes, count: int, chunks):
     return Stream(head, count, itertools.chain(() if first is None else (first,), chunks))
 
 
-def _next_chunk(chunks):
-    return next(chunks, None)
+def _next_pieces(chunks, want: int) -> list[bytes]:
+    """The next pieces of a streamed literal, at least ``want`` octets of them unless it ends
+    first (runs in a worker thread: one round trip reads several chunks)."""
+    out: list[bytes] = []
+    got = 0
+    for piece in chunks:
+        out.append(piece)
+        got += len(piece)
+        if got >= want:
+            break
+    return out
 
 
 FETCH_MODIFIERS = ("CHANGEDSINCE", "VANISHED")
@@ -388,14 +401,23 @@ def _stream(ctx, seq: int, parts: list):
             pending = []
             conn.streaming = True
             sent = 0
-            while sent < part.count:
-                chunk = yield ctx.call(_next_chunk, part.chunks)
-                if chunk is None:
-                    raise OSError("message ended early")
+            # One read in flight while the previous pieces drain: the store read and the
+            # socket overlap, and memory stays at about two hops whatever the client's pace.
+            reading = ctx.call(_next_pieces, part.chunks, STREAM_HOP)
+            while reading is not None:
+                pieces = yield reading
+                reading = None
+                sent += sum(map(len, pieces))
+                if not pieces or sent > part.count:
+                    raise OSError("message ended early" if not pieces else
+                                  "message longer than its octet count")
+                if sent < part.count:
+                    reading = ctx.call(_next_pieces, part.chunks, STREAM_HOP)
                 if conn.closed or conn.closing:
+                    if reading is not None:
+                        reading.addErrback(lambda _: None)  # nobody waits for it any more
                     return
-                conn.write_raw([chunk])
-                sent += len(chunk)
+                conn.write_raw(pieces)
                 yield conn.wait_writable()
             conn.streaming = False
         pending.append(b")\r\n")

@@ -35,7 +35,7 @@ from ..names import decode_name
 from ..rev2 import utf8_names
 from ..urlparts import BadUrl, expired, open_url
 from ..wire import Atom, as_text, astring
-from .fetch import STREAM_ABOVE, _next_chunk
+from .fetch import STREAM_ABOVE, STREAM_HOP, _next_pieces
 
 MECHANISM = "INTERNAL"
 
@@ -178,13 +178,13 @@ def _stream(ctx, head: bytes, length: int, chunks):
         conn.streaming = True
         sent = 0
         while sent < length:
-            chunk = yield ctx.call(_next_chunk, chunks)
-            if chunk is None:
+            pieces = yield ctx.call(_next_pieces, chunks, STREAM_HOP)
+            if not pieces:
                 raise OSError("message ended early")
             if conn.closed or conn.closing:
                 return
-            conn.write_raw([chunk])
-            sent += len(chunk)
+            conn.write_raw(pieces)
+            sent += sum(map(len, pieces))
             yield conn.wait_writable()
         conn.streaming = False
         conn.write_raw([b"\r\n"])
