@@ -45,6 +45,7 @@ from collections.abc import Callable
 
 from mailstore.messages import BODY, FLAGS, HEADER
 from mailstore.mime import header_fields
+from mailstore.mime.searchtext import MAX_PART_HEADER, header_text, pieces, segments
 from mailstore.objectids import email_id, thread_id
 
 from .search_parse import (
@@ -68,15 +69,13 @@ from .search_parse import (
     WithinKey,
     walk,
 )
-from .search_text import PartDecoder, StreamMatcher, address_text, decode_bytes, decode_field
+from .search_text import PartDecoder, StreamMatcher, address_text, decode_field
 
 _FLAG_ONLY = (AllKey, AndKey, FlagKey, NotKey, OrKey, RecentKey, SequenceKey)
 BATCH_SIZE = 500
 SCAN_ABOVE = 2000
 """Above this many candidates, flags/size/date come from one scan instead of multi-gets."""
 """UIDs per :meth:`MailStore.fetch` round trip."""
-MAX_PART_HEADER = 256 * 1024
-"""Most octets of a part's header block that TEXT searches (the MIME parser keeps as many)."""
 _EPOCH_DAY = datetime.date(1970, 1, 1).toordinal()
 _SENT_DATE = re.compile(r"(\d{1,2})[\s-]+([A-Za-z]{3})[A-Za-z]*\.?[\s-]+(\d{2,4})(?!\d)")
 
@@ -483,50 +482,6 @@ def _compile_date(key: DateKey) -> Test:
 
 # -- content -----------------------------------------------------------------------------------
 
-def _segments(body: dict | None, header_size: int, size: int):
-    """``(is_header, start, end, encoding, charset)`` for every block TEXT/BODY search, in
-    message order: header blocks, and the bodies of text and message leaf parts."""
-    if body is None:  # no structure kept: the header, then the rest as one text part
-        yield True, 0, header_size, None, None
-        yield False, header_size, size, None, None
-        return
-    stack = [body]
-    while stack:
-        part = stack.pop()
-        yield True, part.get("header_start", 0), part.get("body_start", 0), None, None
-        kind = part.get("type", "text").lower()
-        children = part.get("parts")
-        message = part.get("message")
-        if children:
-            stack += reversed(children)
-        elif message and message.get("body"):
-            stack.append(message["body"])
-        elif kind in ("text", "message") or children is not None:
-            # (a multipart without parts -- no boundary found -- is searched as text)
-            charset = next((v for k, v in part.get("params", ()) if k.lower() == "charset"),
-                           None)
-            yield (False, part.get("body_start", 0), part.get("body_end", 0),
-                   part.get("encoding"), charset)
-
-
-def _pieces(reader, start: int, end: int):
-    """The octets ``[start, end)``, one content chunk at a time (never more in memory)."""
-    chunk = getattr(reader, "chunk_size", 0) or 65536
-    reader.seek(start)
-    pos = start
-    while pos < end:
-        data = reader.read(min(end, (pos // chunk + 1) * chunk) - pos)
-        if not data:
-            return
-        pos += len(data)
-        yield data
-
-
-def _header_text(block: bytes) -> str:
-    return "\n".join(f"{name}: {decode_field(raw)}" if name else decode_bytes(raw)
-                     for name, raw in header_fields(block))
-
-
 def _scan_content(store, m: _Message, body: dict | None,
                   keys: list[ContentKey]) -> set[ContentKey]:
     """The content keys whose string the message contains (see the module docstring)."""
@@ -541,7 +496,7 @@ def _scan_content(store, m: _Message, body: dict | None,
     record = m.view.record
     reader = None
     try:
-        for is_header, start, end, encoding, charset in _segments(body, record.header_size,
+        for is_header, start, end, encoding, charset in segments(body, record.header_size,
                                                                    record.size):
             if len(found()) == len(keys):
                 break
@@ -554,9 +509,9 @@ def _scan_content(store, m: _Message, body: dict | None,
                     block = m.header
                 else:
                     reader = reader or store.open_message(m.view)
-                    block = b"".join(_pieces(reader, start, min(end, start + MAX_PART_HEADER)))
+                    block = b"".join(pieces(reader, start, min(end, start + MAX_PART_HEADER)))
                 in_headers.reset()
-                in_headers.feed(_header_text(block))
+                in_headers.feed(header_text(block))
                 # A TEXT string found in a header need not be looked for in the bodies.
                 in_bodies.needles -= in_headers.found - body_needles
                 continue
@@ -565,7 +520,7 @@ def _scan_content(store, m: _Message, body: dict | None,
             reader = reader or store.open_message(m.view)
             decoder = PartDecoder(encoding, charset)
             in_bodies.reset()
-            for data in _pieces(reader, start, end):
+            for data in pieces(reader, start, end):
                 in_bodies.feed(decoder.feed(data))
                 if in_bodies.done:
                     break
