@@ -47,6 +47,7 @@ from mailstore.messages import BODY, FLAGS, HEADER
 from mailstore.mime import header_fields
 from mailstore.mime.searchtext import MAX_PART_HEADER, header_text, pieces, segments
 from mailstore.objectids import email_id, thread_id
+from mailstore.textindex import docs_for_content, docs_for_header
 
 from .search_parse import (
     MONTHS,
@@ -100,7 +101,8 @@ def evaluate(program: SearchProgram, store, mailbox, uids: list[int],
     recent = recent or set()
     if flag_sets is not None and answerable_from_flags(program):
         return _resolve_sets(_from_sets(program.key, uids, recent, flag_sets), uids)
-    test = _compile(program.key, uids, recent, time.time() if now is None else now)
+    possible = _text_candidates(program.key, store, mailbox, uids)
+    test = _compile(program.key, uids, recent, time.time() if now is None else now, possible)
     tiers = program.tiers
     content_keys = sorted({k for k in walk(program.key)
                            if isinstance(k, ContentKey) and k.needle},
@@ -113,7 +115,7 @@ def evaluate(program: SearchProgram, store, mailbox, uids: list[int],
     if 3 in tiers and content_keys:
         text = any(k.text for k in content_keys)
         stages.append((3, [BODY, HEADER] if text and 2 not in tiers else [BODY]))
-    candidates = _candidates(program.key, uids)
+    candidates = _candidates(program.key, uids, possible)
     summaries = None
     if stages and stages[0][0] == 1 and len(candidates) > SCAN_ABOVE:
         # Many candidates: one bounded scan of the small commit and flag cells beats a
@@ -251,15 +253,41 @@ def _settle(messages: list[_Message], test: Test, matched: list[int]) -> list[_M
     return undecided
 
 
-def _candidates(key: Key, uids: list[int]) -> list[int]:
-    """``uids``, narrowed by the most selective top-level sequence set if there is one."""
+def _text_candidates(key: Key, store, mailbox, uids: list[int]) -> dict[Key, set[int]]:
+    """The text index's answer (:meth:`MailStore.text_candidates`): for each text key it
+    can narrow, the UIDs that may match (indexed matches and every message it does not
+    cover).  The keys' tests still run on those: the index only spares the others."""
+    queries = {}
+    for k in walk(key):
+        if isinstance(k, HeaderKey) and k.needle:
+            queries[k] = (docs_for_header(k.field), k.needle)
+        elif isinstance(k, ContentKey) and k.needle:
+            queries[k] = (docs_for_content(k.text), k.needle)
+    lookup = getattr(store, "text_candidates", None)
+    if not queries or lookup is None:
+        return {}
+    return lookup(mailbox, queries, uids)
+
+
+def _candidates(key: Key, uids: list[int],
+                possible: dict[Key, set[int]] | None = None) -> list[int]:
+    """``uids``, narrowed by the most selective top-level sequence set if there is one, and
+    by the text index's candidates for the top-level text keys."""
+    operands = key.keys if isinstance(key, AndKey) else (key,)
+    narrowing = [possible[k] for k in operands if possible and k in possible]
+    if narrowing:
+        allowed = min(narrowing, key=len)
+        for other in narrowing:
+            if other is not allowed:
+                allowed = allowed & other
+        uids = [uid for uid in uids if uid in allowed]
     if isinstance(key, SequenceKey):
         sets = [key]
     elif isinstance(key, AndKey):
         sets = [k for k in key.keys if isinstance(k, SequenceKey)]
     else:
         sets = []
-    if not sets:
+    if not sets or not uids:
         return uids
     best = min((k.seqset.slices(uids, k.uid, strict=False) for k in sets),
                key=lambda slices: sum(stop - start for start, stop in slices))
@@ -361,9 +389,14 @@ def _flatten(key: Key, kind: type) -> list[Key]:
     return sorted(out, key=_subtree_tier)
 
 
-def _compile(key: Key, uids: list[int], recent: set[int], now: float) -> Test:
+def _compile(key: Key, uids: list[int], recent: set[int], now: float,
+             possible: dict[Key, set[int]] | None = None) -> Test:
     """A function of a message giving True, False or None (not decidable with what is
-    loaded yet)."""
+    loaded yet).  ``possible``: the text index's candidates per text key; a message outside
+    them does not match that key, decided before anything is read."""
+    if possible and key in possible:
+        allowed, inner = possible[key], _compile(key, uids, recent, now)
+        return lambda m: inner(m) if m.uid in allowed else False
     if isinstance(key, AllKey):
         return lambda m: True
     if isinstance(key, RecentKey):
@@ -417,21 +450,21 @@ def _compile(key: Key, uids: list[int], recent: set[int], now: float) -> Test:
             return lambda m: True  # every text contains the empty string
         return lambda m: None if m.content is None else key in m.content
     if isinstance(key, NotKey):
-        inner = _compile(key.key, uids, recent, now)
+        inner = _compile(key.key, uids, recent, now, possible)
 
         def negation(m):
             verdict = inner(m)
             return None if verdict is None else not verdict
         return negation
     if isinstance(key, OrKey | AndKey):
-        return _compile_junction(key, uids, recent, now)
+        return _compile_junction(key, uids, recent, now, possible)
     raise TypeError(f"not a search key: {key!r}")
 
 
 def _compile_junction(key: OrKey | AndKey, uids: list[int], recent: set[int],
-                      now: float) -> Test:
+                      now: float, possible: dict[Key, set[int]] | None = None) -> Test:
     kind = type(key)
-    tests = [_compile(k, uids, recent, now) for k in _flatten(key, kind)]
+    tests = [_compile(k, uids, recent, now, possible) for k in _flatten(key, kind)]
     decisive = kind is OrKey  # the verdict that settles an OR (True) or an AND (False)
 
     def junction(m):

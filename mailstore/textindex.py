@@ -1,0 +1,211 @@
+"""Indexed text search: which messages SEARCH's text keys need to look at (issue 14).
+
+RFC 3501 6.4.4 defines BODY, TEXT, SUBJECT, FROM, TO, CC, BCC and HEADER as case-insensitive
+substring matches; :mod:`mailstore.mime.searchtext` says on what text (decoded parts, RFC 2047
+words, addresses as Dovecot writes them).  Scanning that text is the reference.  The index
+only narrows it (docs/decisions/0026-text-index.md):
+
+* At append, delivery, import, copy and move, :func:`message_docs` extracts the very text the
+  scan would read, case-folded the same way, into seven documents (``subject``, ``from``,
+  ``to``, ``cc``, ``bcc``: the top-level fields' decoded values, and for address fields their
+  addresses as the scan writes them; ``head``: every header block as TEXT reads it;
+  ``body``: every decoded text part), and the backend's :class:`~.backends.base.TextIndex`
+  stores them (SQLite FTS5 trigram, or trigram posting rows on HBase).
+* At SEARCH, :meth:`TextSearch.candidates` gives, for each text key, the UIDs that may match:
+  the index's matches among the indexed messages, plus every message the index cannot speak
+  for (not marked as indexed: stored before the index existed, indexing failed or crashed,
+  too big).  The evaluator then runs the real test on those only, so the answer is the
+  scan's answer, by construction: a message whose text contains the needle has all of the
+  needle's trigrams in its document.  A needle under three code points gets no narrowing.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable, Mapping
+
+from .backends.base import TEXT_DOCS, TextIndex
+from .errors import MailStoreError
+from .mime import header_fields
+from .mime.searchtext import (
+    MAX_PART_HEADER,
+    PartDecoder,
+    address_text,
+    decode_field,
+    header_text,
+    pieces,
+    segments,
+)
+
+log = logging.getLogger(__name__)
+
+MAX_INDEXED_TEXT = 8 * 1024 * 1024
+"""Most code points of decoded text indexed per message; a message with more is marked not
+indexable, and SEARCH scans it (as it scans every message without the index)."""
+
+ADDRESS_FIELDS = ("from", "to", "cc", "bcc")
+_OWN_DOC = frozenset(("subject", *ADDRESS_FIELDS))
+
+
+def docs_for_header(field: str) -> tuple[str, ...]:
+    """The documents that hold every value of header field ``field`` (lower case)."""
+    return (field,) if field in _OWN_DOC else ("head",)
+
+
+def docs_for_content(text: bool) -> tuple[str, ...]:
+    """BODY looks in the body document, TEXT in it and in every header block."""
+    return ("body", "head") if text else ("body",)
+
+
+class _TooMuch(Exception):
+    pass
+
+
+def message_docs(header: bytes | None, body: dict | None, header_size: int, size: int,
+                 open_reader: Callable[[], object]) -> dict[str, str] | None:
+    """The seven case-folded documents of one message, or None if its text is larger than
+    :data:`MAX_INDEXED_TEXT`.
+
+    ``header`` is its stored header block, ``body`` its stored body structure, ``open_reader``
+    opens a seekable reader of its octets (called only if a part must be read).  Mirrors
+    ``search_eval._scan_content`` and ``_Message.values``/``addresses``: what is indexed is a
+    superset of what the scan matches, block by block."""
+    header = header or b""
+    fields: dict[str, list[str]] = {name: [] for name in _OWN_DOC}
+    for name, raw in header_fields(header):
+        key = name.lower() if name else ""
+        if key in fields:
+            fields[key].append(decode_field(raw).casefold())
+            if key in ADDRESS_FIELDS:
+                fields[key].append(address_text(raw).casefold())
+    docs = {name: "\n".join(values) for name, values in fields.items()}
+    heads: list[str] = []
+    bodies: list[str] = []
+    total = 0
+    reader = None
+    try:
+        for is_header, start, end, encoding, charset in segments(body, header_size, size):
+            if start >= end:
+                continue
+            if is_header:
+                if start == 0 and header:
+                    block = header
+                else:
+                    reader = reader or open_reader()
+                    block = b"".join(pieces(reader, start, min(end, start + MAX_PART_HEADER)))
+                text = header_text(block).casefold()
+                heads.append(text)
+            else:
+                reader = reader or open_reader()
+                decoder = PartDecoder(encoding, charset)
+                out = [decoder.feed(data).casefold() for data in pieces(reader, start, end)]
+                out.append(decoder.feed(b"", final=True).casefold())
+                text = "".join(out)
+                bodies.append(text)
+            total += len(text)
+            if total > MAX_INDEXED_TEXT:
+                raise _TooMuch
+    except _TooMuch:
+        return None
+    finally:
+        if reader is not None:
+            reader.close()
+    docs["head"] = "\n".join(heads)
+    docs["body"] = "\n".join(bodies)
+    return docs
+
+
+class TextSearch:
+    """The mail store's side of the text index: keeping it and asking it.
+
+    ``index`` is the backend's :class:`TextIndex`; ``enabled`` False (``[store] text_index =
+    no``) stops both the writes and the lookups (SEARCH then scans, as before the index)."""
+
+    def __init__(self, index: TextIndex | None, messages, enabled: bool = True):
+        self.index = index
+        self.messages = messages
+        self.enabled = enabled and index is not None
+
+    # -- keeping it ---------------------------------------------------------------------------
+
+    def docs_of_stored(self, stored) -> dict[str, str] | None:
+        """The documents of content just ingested (:class:`~.messages.StoredContent`),
+        computed once however many recipients it is delivered to."""
+        cached = getattr(stored, "_text_docs", False)
+        if cached is not False:
+            return cached
+        body = stored.info.get("body")
+        docs = message_docs(stored.header, body, stored.info.get("header_size", 0),
+                            stored.size,
+                            lambda: self.messages.content.open(stored.content_id, stored.size,
+                                                               stored.chunk_size))
+        stored._text_docs = docs
+        return docs
+
+    def docs_of_view(self, view) -> dict[str, str] | None:
+        """The documents of a stored message; ``view`` read with HEADER and BODY columns."""
+        return message_docs(view.header, view.body, view.record.header_size, view.record.size,
+                            lambda: self.messages.open_body(view))
+
+    def add(self, mailbox_id: bytes, uid: int, docs_of: Callable[[], dict | None]) -> bool:
+        """Index one message; return whether it is now marked.  Never raises: the message is
+        stored whatever happens here, and an unmarked message is scanned (fsck reports it,
+        ``mailadmin index rebuild`` or ``fsck --repair`` indexes it)."""
+        if not self.enabled:
+            return False
+        try:
+            self.index.put(mailbox_id, uid, docs_of())
+            return True
+        except Exception as exc:  # noqa: BLE001 - derived data: the append must not fail
+            log.warning("text index: message %d not indexed: %s", uid, exc)
+            return False
+
+    def forget(self, mailbox_id: bytes, uids: Iterable[int]) -> None:
+        """Drop expunged or moved-away messages (lingering entries would be harmless)."""
+        uids = list(uids)
+        if not self.enabled or not uids:
+            return
+        try:
+            self.index.remove(mailbox_id, uids)
+        except Exception as exc:  # noqa: BLE001
+            log.warning("text index: expunged messages not removed: %s", exc)
+
+    def drop(self, mailbox_id: bytes) -> None:
+        if self.index is None:
+            return
+        try:
+            self.index.drop(mailbox_id)
+        except Exception as exc:  # noqa: BLE001 - fsck removes what stays of a gone mailbox
+            log.warning("text index: mailbox not dropped: %s", exc)
+
+    # -- asking it ------------------------------------------------------------------------------
+
+    def candidates(self, mailbox_id: bytes, queries: Mapping[object, tuple[tuple[str, ...], str]],
+                   uids: list[int]) -> dict[object, set[int]]:
+        """For each query ``key -> (docs, needle)`` (``needle`` case-folded), the UIDs of
+        ``uids`` that may match: in the index's answer for one of ``docs``, or not indexed.
+        Keys the index cannot narrow (a needle under three code points, the index disabled or
+        failing) are left out: the caller scans for them."""
+        wanted = {key: q for key, q in queries.items() if len(q[1]) >= 3}
+        if not self.enabled or not wanted or not uids:
+            return {}
+        try:
+            markers = self.index.markers(mailbox_id)
+            unindexed = {uid for uid in uids if not markers.get(uid)}
+            out: dict[object, set[int]] = {}
+            for key, (docs, needle) in wanted.items():
+                found = set(unindexed)
+                for doc in docs:
+                    if doc not in TEXT_DOCS:
+                        raise ValueError(f"no such text document: {doc!r}")
+                    found |= self.index.match(mailbox_id, doc, needle)
+                out[key] = found
+            return out
+        except (MailStoreError, ValueError) as exc:
+            log.warning("text index: not used for this search: %s", exc)
+            return {}
+
+    def unindexed(self, mailbox_id: bytes, uids: Iterable[int]) -> list[int]:
+        """The UIDs among ``uids`` that the index has no marker for (fsck, rebuild)."""
+        markers = self.index.markers(mailbox_id)
+        return [uid for uid in uids if uid not in markers]
