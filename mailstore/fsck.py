@@ -13,7 +13,10 @@ What is checked (docs/decisions/0004-counters-and-fsck.md):
   waiting out its grace period is not a problem: ``--repair`` deletes it once the period is
   over, as the server's sweep does; docs/decisions/0011);
 * import records (``JAMES_IMPORTS``), change-log entries and checkpoints (``JAMES_CHANGES``) of
-  mailboxes that no longer exist.
+  mailboxes that no longer exist;
+* the text index (docs/decisions/0026): messages without a marker (stored before the index,
+  or whose indexing failed or died with its process: SEARCH scans them) are indexed by
+  ``--repair``; markers of messages no longer there are removed.
 
 Counters are repaired by incrementing them by the difference, never by overwriting them, so a
 repair racing with live traffic cannot erase a concurrent change.  The content reference check
@@ -123,6 +126,29 @@ class Fsck:
         for mailbox in store.mailboxes.list(user):
             self.report.checked["mailboxes"] += 1
             self.check_mailbox(user, mailbox, judge_counters=mailbox.id not in in_flight)
+            if mailbox.id not in in_flight:
+                self.check_text_index(user, mailbox)
+
+    def check_text_index(self, user: str, mailbox: Mailbox) -> None:
+        """Index rows missing (unmarked messages) or stale (markers of gone messages)."""
+        text = self.store.text
+        if not text.enabled:
+            return
+        where = f"{user}:{mailbox.name}"
+        uids = self.store.uids(mailbox)
+        missing, stale = text.check(mailbox.id, uids)
+        self.report.checked["indexed"] += len(uids) - len(missing)
+        if missing:
+            if self.repair:
+                self.progress(f"indexing {len(missing)} messages of {where}")
+                text.index_messages(mailbox.id, missing, sync=self.store.backend.sync)
+            self.report.add("textindex", where, f"{len(missing)} messages not in the text "
+                            "index (SEARCH scans them)", self.repair)
+        if stale:
+            if self.repair:
+                text.forget(mailbox.id, stale)
+            self.report.add("textindex", where, f"{len(stale)} index markers of messages "
+                            "no longer there", self.repair)
 
     def check_index(self, user: str) -> None:
         index = self.store.mailboxes.index

@@ -205,7 +205,31 @@ class TextSearch:
             log.warning("text index: not used for this search: %s", exc)
             return {}
 
-    def unindexed(self, mailbox_id: bytes, uids: Iterable[int]) -> list[int]:
-        """The UIDs among ``uids`` that the index has no marker for (fsck, rebuild)."""
+    # -- repair and rebuild --------------------------------------------------------------------
+
+    def check(self, mailbox_id: bytes, uids: list[int]) -> tuple[list[int], list[int]]:
+        """``(missing, stale)``: the UIDs of ``uids`` (the mailbox's messages) that have no
+        marker, and the marked UIDs that are not messages of the mailbox any more."""
         markers = self.index.markers(mailbox_id)
-        return [uid for uid in uids if uid not in markers]
+        present = set(uids)
+        return ([uid for uid in uids if uid not in markers],
+                sorted(uid for uid in markers if uid not in present))
+
+    def index_messages(self, mailbox_id: bytes, uids: list[int], sync=None,
+                       progress: Callable[[int], None] | None = None,
+                       batch: int = 200) -> int:
+        """Index the messages ``uids`` (read back from the store, ``batch`` at a time); return
+        how many got a marker.  ``sync`` (the backend's) runs after each batch, so what a
+        long rebuild did survives its interruption; ``progress`` gets the count done."""
+        from .messages import BODY, HEADER, SUMMARY
+        done = 0
+        for start in range(0, len(uids), batch):
+            views = self.messages.get(mailbox_id, uids[start:start + batch],
+                                      [*SUMMARY, HEADER, BODY])
+            for view in views:
+                done += self.add(mailbox_id, view.uid, lambda v=view: self.docs_of_view(v))
+            if sync is not None:
+                sync()
+            if progress is not None:
+                progress(min(start + batch, len(uids)))
+        return done

@@ -5,7 +5,8 @@ Exit codes: 0 ok, 1 problems found (fsck) or the operation failed, 2 bad usage. 
 thing that was wrong (``no such user: bob``).  Tables by default, ``--json`` for scripts.
 
 This module only parses the command line and dispatches; each command group lives in its own
-module (``users_cmd``, ``mailbox_cmd``, ``transfer``, ``queue_cmd``, ``store_cmd``).
+module (``users_cmd``, ``mailbox_cmd``, ``transfer``, ``queue_cmd``, ``store_cmd``,
+``index_cmd``).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import sys
 
 from .. import config as configmod
 from ..errors import MailStoreError
-from . import mailbox_cmd, queue_cmd, store_cmd, transfer, users_cmd
+from . import index_cmd, mailbox_cmd, queue_cmd, store_cmd, transfer, users_cmd
 from .context import Context, load_config
 from .output import EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE, Failure, UsageError
 
@@ -57,6 +58,7 @@ def build_parser() -> argparse.ArgumentParser:
     transfer.register(sub, common)
     queue_cmd.register(sub, common)
     store_cmd.register(sub, common)
+    index_cmd.register(sub, common)
     return parser
 
 
