@@ -23,8 +23,9 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 
-from .backends.base import TEXT_DOCS, TextIndex
+from .backends.base import TEXT_DOCS, TEXT_SEPARATOR, TextIndex
 from .errors import MailStoreError
 from .mime import header_fields
 from .mime.searchtext import (
@@ -47,14 +48,47 @@ ADDRESS_FIELDS = ("from", "to", "cc", "bcc")
 _OWN_DOC = frozenset(("subject", *ADDRESS_FIELDS))
 
 
-def docs_for_header(field: str) -> tuple[str, ...]:
-    """The documents that hold every value of header field ``field`` (lower case)."""
-    return (field,) if field in _OWN_DOC else ("head",)
+def docs_for_header(field: str, addresses: bool) -> tuple[tuple[str, ...], bool]:
+    """The documents that hold every value of header field ``field`` (lower case), and
+    whether they hold exactly what the scan matches (``addresses``: FROM/TO/CC/BCC, which
+    match the addresses written out too) -- else a match must be verified."""
+    if field == "subject":
+        return ("subject",), True
+    if field in ADDRESS_FIELDS:
+        return (field,), addresses
+    return ("head",), False
 
 
-def docs_for_content(text: bool) -> tuple[str, ...]:
-    """BODY looks in the body document, TEXT in it and in every header block."""
-    return ("body", "head") if text else ("body",)
+def docs_for_content(text: bool) -> tuple[tuple[str, ...], bool]:
+    """BODY looks in the body document, TEXT in it and in every header block: exactly."""
+    return (("body", "head") if text else ("body",)), True
+
+
+@dataclass
+class Candidates:
+    """The index's answer for one text key over a session's UIDs: ``matches`` (marked UIDs
+    the index found), ``unindexed`` (UIDs it cannot speak for: the scan decides), and whether
+    a match needs no verifying (``exact``)."""
+
+    matches: set[int]
+    unindexed: set[int]
+    exact: bool
+
+    def possible(self) -> set[int]:
+        return self.matches | self.unindexed
+
+    def verdict(self, uid: int) -> bool | None:
+        """True or False when the index decides, None when the scan must."""
+        if uid in self.unindexed:
+            return None
+        if uid in self.matches:
+            return True if self.exact else None
+        return False
+
+
+def _join(texts: list[str]) -> str:
+    """One document from several texts a needle must not straddle (see TEXT_SEPARATOR)."""
+    return TEXT_SEPARATOR.join(texts).replace("\x00", TEXT_SEPARATOR)
 
 
 class _TooMuch(Exception):
@@ -78,7 +112,7 @@ def message_docs(header: bytes | None, body: dict | None, header_size: int, size
             fields[key].append(decode_field(raw).casefold())
             if key in ADDRESS_FIELDS:
                 fields[key].append(address_text(raw).casefold())
-    docs = {name: "\n".join(values) for name, values in fields.items()}
+    docs = {name: _join(values) for name, values in fields.items()}
     heads: list[str] = []
     bodies: list[str] = []
     total = 0
@@ -110,8 +144,8 @@ def message_docs(header: bytes | None, body: dict | None, header_size: int, size
     finally:
         if reader is not None:
             reader.close()
-    docs["head"] = "\n".join(heads)
-    docs["body"] = "\n".join(bodies)
+    docs["head"] = _join(heads)
+    docs["body"] = _join(bodies)
     return docs
 
 
@@ -180,26 +214,29 @@ class TextSearch:
 
     # -- asking it ------------------------------------------------------------------------------
 
-    def candidates(self, mailbox_id: bytes, queries: Mapping[object, tuple[tuple[str, ...], str]],
-                   uids: list[int]) -> dict[object, set[int]]:
-        """For each query ``key -> (docs, needle)`` (``needle`` case-folded), the UIDs of
-        ``uids`` that may match: in the index's answer for one of ``docs``, or not indexed.
-        Keys the index cannot narrow (a needle under three code points, the index disabled or
-        failing) are left out: the caller scans for them."""
-        wanted = {key: q for key, q in queries.items() if len(q[1]) >= 3}
+    def candidates(self, mailbox_id: bytes,
+                   queries: Mapping[object, tuple[tuple[str, ...], str, bool]],
+                   uids: list[int]) -> dict[object, Candidates]:
+        """For each query ``key -> (docs, needle, exact)`` (``needle`` case-folded; ``exact``:
+        the documents hold exactly what the key matches), the index's :class:`Candidates`
+        over ``uids``.  Keys it cannot narrow (a needle under three code points or holding
+        NUL or the separator, the index disabled or failing) are left out: the caller scans
+        for them."""
+        wanted = {key: q for key, q in queries.items()
+                  if len(q[1]) >= 3 and "\x00" not in q[1] and TEXT_SEPARATOR not in q[1]}
         if not self.enabled or not wanted or not uids:
             return {}
         try:
             markers = self.index.markers(mailbox_id)
             unindexed = {uid for uid in uids if not markers.get(uid)}
-            out: dict[object, set[int]] = {}
-            for key, (docs, needle) in wanted.items():
-                found = set(unindexed)
+            out: dict[object, Candidates] = {}
+            for key, (docs, needle, exact) in wanted.items():
+                found: set[int] = set()
                 for doc in docs:
                     if doc not in TEXT_DOCS:
                         raise ValueError(f"no such text document: {doc!r}")
                     found |= self.index.match(mailbox_id, doc, needle)
-                out[key] = found
+                out[key] = Candidates(found, unindexed, exact and self.index.exact)
             return out
         except (MailStoreError, ValueError) as exc:
             log.warning("text index: not used for this search: %s", exc)

@@ -38,10 +38,12 @@ class Watching:
     def __init__(self, store: MailStore):
         self._store = store
         self.narrowed = 0
+        self.exact = 0
 
     def text_candidates(self, mailbox, queries, uids):
         out = self._store.text_candidates(mailbox, queries, uids)
-        self.narrowed += sum(1 for found in out.values() if len(found) < len(uids))
+        self.narrowed += sum(1 for found in out.values() if len(found.possible()) < len(uids))
+        self.exact += sum(1 for found in out.values() if found.exact)
         return out
 
     def __getattr__(self, name):
@@ -166,6 +168,7 @@ def test_index_answers_equal_scan_answers(backend):
     backend.text_index().remove(box.id, [lost])  # an index write that never happened
     watching = differential(store, box, rng, texts, 160 if backend.name == "embedded" else 70)
     assert watching.narrowed > 20  # the index did the narrowing, not only the scan
+    assert watching.exact > 20 if backend.name == "embedded" else watching.exact == 0
 
     uids = store.uids(box)
     store.expunge(box, uids[::4])
@@ -186,10 +189,10 @@ def test_short_needles_and_folding_fall_back_to_the_scan(backend):
     store.append(user, "INBOX", message(2, subject="x", body=b"no\r\n"))
     box = store.mailbox(user, "INBOX")
     uids = store.uids(box)
-    assert store.text_candidates(box, {"k": (("body",), "ok")}, uids) == {}
+    assert store.text_candidates(box, {"k": (("body",), "ok", True)}, uids) == {}
     for key, needle, expected in [(b"BODY", "OK", [1]), (b"BODY", "o", [1, 2]),
                                   (b"SUBJECT", "STRASSE", [1]), (b"SUBJECT", "ẞ", [1]),
                                   (b"SUBJECT", "x", [2])]:
         assert evaluate(program(key, needle), store, box, uids) == expected
-    found = store.text_candidates(box, {"k": (("subject",), "strasse")}, uids)
-    assert found == {"k": {1}}
+    found = store.text_candidates(box, {"k": (("subject",), "strasse", True)}, uids)
+    assert found["k"].matches == {1} and not found["k"].unindexed

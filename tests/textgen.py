@@ -146,8 +146,9 @@ def needle(rng: random.Random, texts: list[str]) -> str:
             length = rng.choice([1, 2, 3, 3, 4, 5, 7, 10, 14])
             start = rng.randrange(max(1, len(text) - length + 1))
             got = text[start:start + length]
-            if got.strip("\x00"):
-                return _recase(rng, got.replace("\x00", ""))
+            got = got.replace("\x00", "").replace("\uffff", "\n")
+            if got:
+                return _recase(rng, got)
     if kind < 0.9:
         return _recase(rng, rng.choice(WORDS))
     return "".join(rng.choice("ßẞİıﬁσςΣé€😀ab ") for _ in range(rng.randint(1, 5)))

@@ -47,7 +47,7 @@ from mailstore.messages import BODY, FLAGS, HEADER
 from mailstore.mime import header_fields
 from mailstore.mime.searchtext import MAX_PART_HEADER, header_text, pieces, segments
 from mailstore.objectids import email_id, thread_id
-from mailstore.textindex import docs_for_content, docs_for_header
+from mailstore.textindex import Candidates, docs_for_content, docs_for_header
 
 from .search_parse import (
     MONTHS,
@@ -253,16 +253,19 @@ def _settle(messages: list[_Message], test: Test, matched: list[int]) -> list[_M
     return undecided
 
 
-def _text_candidates(key: Key, store, mailbox, uids: list[int]) -> dict[Key, set[int]]:
+def _text_candidates(key: Key, store, mailbox, uids: list[int]) -> dict[Key, Candidates]:
     """The text index's answer (:meth:`MailStore.text_candidates`): for each text key it
-    can narrow, the UIDs that may match (indexed matches and every message it does not
-    cover).  The keys' tests still run on those: the index only spares the others."""
+    can narrow, the messages it matched and those it does not cover.  A message it covers
+    and did not match does not match; one it matched does if the index is exact for that key,
+    else the key's own test decides, as it does for every message not covered."""
     queries = {}
     for k in walk(key):
         if isinstance(k, HeaderKey) and k.needle:
-            queries[k] = (docs_for_header(k.field), k.needle)
+            docs, exact = docs_for_header(k.field, k.addresses)
+            queries[k] = (docs, k.needle, exact)
         elif isinstance(k, ContentKey) and k.needle:
-            queries[k] = (docs_for_content(k.text), k.needle)
+            docs, exact = docs_for_content(k.text)
+            queries[k] = (docs, k.needle, exact)
     lookup = getattr(store, "text_candidates", None)
     if not queries or lookup is None:
         return {}
@@ -270,11 +273,11 @@ def _text_candidates(key: Key, store, mailbox, uids: list[int]) -> dict[Key, set
 
 
 def _candidates(key: Key, uids: list[int],
-                possible: dict[Key, set[int]] | None = None) -> list[int]:
+                possible: dict[Key, Candidates] | None = None) -> list[int]:
     """``uids``, narrowed by the most selective top-level sequence set if there is one, and
     by the text index's candidates for the top-level text keys."""
     operands = key.keys if isinstance(key, AndKey) else (key,)
-    narrowing = [possible[k] for k in operands if possible and k in possible]
+    narrowing = [possible[k].possible() for k in operands if possible and k in possible]
     if narrowing:
         allowed = min(narrowing, key=len)
         for other in narrowing:
@@ -390,13 +393,17 @@ def _flatten(key: Key, kind: type) -> list[Key]:
 
 
 def _compile(key: Key, uids: list[int], recent: set[int], now: float,
-             possible: dict[Key, set[int]] | None = None) -> Test:
+             possible: dict[Key, Candidates] | None = None) -> Test:
     """A function of a message giving True, False or None (not decidable with what is
     loaded yet).  ``possible``: the text index's candidates per text key; a message outside
     them does not match that key, decided before anything is read."""
     if possible and key in possible:
-        allowed, inner = possible[key], _compile(key, uids, recent, now)
-        return lambda m: inner(m) if m.uid in allowed else False
+        verdict, inner = possible[key].verdict, _compile(key, uids, recent, now)
+
+        def indexed(m):
+            found = verdict(m.uid)
+            return inner(m) if found is None else found
+        return indexed
     if isinstance(key, AllKey):
         return lambda m: True
     if isinstance(key, RecentKey):
@@ -462,7 +469,7 @@ def _compile(key: Key, uids: list[int], recent: set[int], now: float,
 
 
 def _compile_junction(key: OrKey | AndKey, uids: list[int], recent: set[int],
-                      now: float, possible: dict[Key, set[int]] | None = None) -> Test:
+                      now: float, possible: dict[Key, Candidates] | None = None) -> Test:
     kind = type(key)
     tests = [_compile(k, uids, recent, now, possible) for k in _flatten(key, kind)]
     decisive = kind is OrKey  # the verdict that settles an OR (True) or an AND (False)

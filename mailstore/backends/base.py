@@ -193,6 +193,12 @@ class Table(abc.ABC):
 TEXT_DOCS = ("subject", "from", "to", "cc", "bcc", "head", "body")
 """The documents the text index keeps per message (see :class:`TextIndex`)."""
 
+TEXT_SEPARATOR = "\uffff"
+"""Joins the texts of one document that a substring must not straddle (two body parts, two
+fields).  A Unicode noncharacter; NUL, which FTS5 takes as the end of the text, is written as
+it too (no SEARCH string holds NUL: RFC 3501 9, CHAR8).  A needle holding either is never
+looked up."""
+
 
 class TextIndex(abc.ABC):
     """A per-mailbox substring index of message text (issue 14; docs/decisions/0026).
@@ -209,7 +215,12 @@ class TextIndex(abc.ABC):
       leaves a message unmarked (scanned), never marked with half its text.
     * UIDs are never reused within a mailbox id, so entries of a removed UID MAY linger (they
       only add candidates that are not in the mailbox).
+    * An index whose ``exact`` is True returns from ``match`` exactly the marked UIDs whose
+      document holds the needle (lingering ones aside); the caller may then skip verifying
+      them.  The caller never asks for a needle holding :data:`TEXT_SEPARATOR` or NUL.
     """
+
+    exact: bool = False
 
     @abc.abstractmethod
     def put(self, mailbox_id: bytes, uid: int, docs: Mapping[str, str] | None) -> None:

@@ -7,8 +7,9 @@ write joins the append's transaction when the mail store groups them):
   indexable) and the rowid of its FTS5 row.
 * ``ti_fts``: an FTS5 table with one column per :data:`TEXT_DOCS` name.  The trigram tokenizer
   makes a phrase query a substring query (the phrase's trigrams at consecutive positions), so
-  a match is exact within one column's text; the caller still verifies (the column joins
-  several texts that the scan keeps apart, e.g. two body parts).
+  a match is exact: the texts a column joins (two body parts, two fields) are separated by
+  :data:`TEXT_SEPARATOR`, which no needle holds.  FTS5 ends a text at NUL: the caller writes
+  NUL as the separator too.
 
 Case: the texts and needles come case-folded by Python (:meth:`str.casefold`, what the scan
 uses), and the tokenizer runs with ``case_sensitive 1``.  FTS5's own folding
@@ -48,6 +49,10 @@ def _phrase(needle: str) -> str:
 
 
 class Fts5TextIndex(TextIndex):
+    # A trigram phrase is the needle's trigrams at consecutive positions: the needle itself,
+    # within one column's text (and within one of its texts: the separator is in no needle).
+    exact = True
+
     def __init__(self, backend):
         self.backend = backend
         if not getattr(backend, "_fts_ready", False):
