@@ -227,8 +227,7 @@ class TextSearch:
         if not self.enabled or not wanted or not uids:
             return {}
         try:
-            markers = self.index.markers(mailbox_id)
-            unindexed = {uid for uid in uids if not markers.get(uid)}
+            unindexed = self.index.unindexed(mailbox_id, uids)
             out: dict[object, Candidates] = {}
             for key, (docs, needle, exact) in wanted.items():
                 found: set[int] = set()

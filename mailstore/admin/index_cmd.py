@@ -1,8 +1,9 @@
 """mailadmin index ...: the text index SEARCH uses (docs/decisions/0026-text-index.md).
 
-``index rebuild USER [MAILBOX]`` drops a mailbox's index and indexes every message again
-(messages stored before the index existed, an index written by an older version, or one
-suspected wrong); ``index status USER`` says how much of each mailbox is indexed.  SEARCH stays
+``index rebuild USER [MAILBOX]`` indexes every message of a mailbox again, over its old
+entry, and removes the entries of messages no longer there (messages stored before the index
+existed, an index written by an older version, or one suspected wrong); ``index status USER``
+says how much of each mailbox is indexed.  SEARCH stays
 right throughout: a message not (yet) indexed is scanned.
 """
 
@@ -17,7 +18,7 @@ def register(sub, common) -> None:
     isub = index.add_subparsers(dest="index_command", metavar="COMMAND", required=True)
 
     rebuild = isub.add_parser("rebuild", parents=[common],
-                              help="index a user's mailboxes (or one) again from scratch")
+                              help="index every message of a user's mailboxes (or one) again")
     rebuild.add_argument("user")
     rebuild.add_argument("mailbox", nargs="?", help="only this mailbox")
     rebuild.add_argument("--no-progress", action="store_true",
@@ -47,9 +48,11 @@ def index_rebuild(ctx) -> int:
         uids = store.uids(box)
         progress = Progress(f"indexing {box.name}", total_count=len(uids),
                             enabled=not args.no_progress and not args.json)
-        # Drop first: until a message is indexed again it has no marker and SEARCH scans it.
-        text.index.drop(box.id)
-        store.backend.sync()
+        # Each message indexed again over its old entry, one at a time (atomic on FTS5;
+        # postings only added, marker last): a SEARCH running meanwhile always finds either
+        # entry whole.  Dropping the mailbox's index first would leave markers read by such
+        # a SEARCH pointing at text already gone.
+        text.forget(box.id, text.check(box.id, uids)[1])
         try:
             done = text.index_messages(box.id, uids, sync=store.backend.sync,
                                        progress=progress.update)

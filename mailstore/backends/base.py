@@ -239,6 +239,11 @@ class TextIndex(abc.ABC):
     def markers(self, mailbox_id: bytes) -> dict[int, bool]:
         """UID -> True (indexed) or False (recorded as not indexable), for every marked UID."""
 
+    def unindexed(self, mailbox_id: bytes, uids: Iterable[int]) -> set[int]:
+        """The UIDs of ``uids`` not marked as indexed (True): SEARCH scans them."""
+        markers = self.markers(mailbox_id)
+        return {uid for uid in uids if not markers.get(uid)}
+
     @abc.abstractmethod
     def match(self, mailbox_id: bytes, doc: str, needle: str) -> set[int]:
         """UIDs whose document ``doc`` may contain ``needle`` (at least 3 code points; a
