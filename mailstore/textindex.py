@@ -122,7 +122,7 @@ def message_docs(header: bytes | None, body: dict | None, header_size: int, size
             if start >= end:
                 continue
             if is_header:
-                if start == 0 and header:
+                if start == 0:  # the stored header block, as the scan reads it
                     block = header
                 else:
                     reader = reader or open_reader()
