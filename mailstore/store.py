@@ -93,7 +93,7 @@ class MailStore:
                  sleep: Callable[[float], None] = time.sleep,
                  abandon_after: float = 10.0, intent_timeout: float = 60.0,
                  release_grace: float = DEFAULT_GRACE, create_tables: bool = True,
-                 layout: Layout | None = None, text_index: bool = True):
+                 layout: Layout | None = None, text_index: bool | str = True):
         self.backend = backend
         if create_tables:
             create_schema(backend, layout)
@@ -114,8 +114,9 @@ class MailStore:
         # The text index (mailstore/textindex.py, docs/decisions/0026): derived data, kept at
         # every append, copy, move, expunge and mailbox deletion, never needed for a right
         # answer (SEARCH scans what it does not cover).
-        self.text = TextSearch(backend.text_index() if text_index else None, self.messages,
-                               enabled=text_index)
+        mode = {True: "yes", False: "no"}.get(text_index, text_index)
+        self.text = TextSearch(backend.text_index() if mode != "no" else None, self.messages,
+                               mode=mode, grouped=backend.grouped)
 
     @functools.cached_property
     def outbox(self) -> Outbox:
@@ -355,7 +356,8 @@ class MailStore:
         uid, _modseq = self.messages.add(mailbox, stored, flags, internal_date)
         # In the append's unit of work (one SQLite transaction on the embedded store), after
         # the commit record: a crash in between leaves the message unmarked, so scanned.
-        self.text.add(mailbox.id, uid, lambda: self.text.docs_of_stored(stored))
+        if self.text.at_append:
+            self.text.add(mailbox.id, uid, lambda: self.text.docs_of_stored(stored))
         if uid % CHECKPOINT_EVERY == 0:
             # Keep the index checkpoint near, so that the first SELECT of a mailbox filled
             # only by delivery does not read every row (docs/decisions/0009).  Derived data:
@@ -636,7 +638,7 @@ class MailStore:
     def _index_copies(self, target: Mailbox, pairs: list[tuple[int, int]]) -> None:
         """Index the messages a COPY or MOVE gave ``target`` (read back from their content:
         the same octets give the same documents)."""
-        if not self.text.enabled or not pairs:
+        if not self.text.at_append or not pairs:
             return
         try:
             views = self.messages.get(target.id, [new for _old, new in pairs],

@@ -196,3 +196,27 @@ def test_short_needles_and_folding_fall_back_to_the_scan(backend):
         assert evaluate(program(key, needle), store, box, uids) == expected
     found = store.text_candidates(box, {"k": (("subject",), "strasse", True)}, uids)
     assert found["k"].matches == {1} and not found["k"].unindexed
+
+
+def test_lazy_mode_indexes_at_search_time(backend, monkeypatch):
+    """``text_index = lazy``: APPEND writes no index entry; each SEARCH first indexes up to
+    LAZY_BATCH of the messages it does not cover (newest first) and scans the rest, with the
+    scan's answers throughout (RFC 3501 6.4.4)."""
+    import mailstore.textindex as textindex
+    monkeypatch.setattr(textindex, "LAZY_BATCH", 5)
+    rng = random.Random(26)
+    store = MailStore(backend, text_index="lazy")
+    user = store.create_user("lu", "pw")
+    datas = [textgen.message(rng, n) for n in range(12)]
+    for data in datas:
+        store.append(user, "INBOX", data)
+    box = store.mailbox(user, "INBOX")
+    uids = store.uids(box)
+    assert store.text.check(box.id, uids)[0] == uids  # nothing indexed at append
+    texts = [docs_texts(d) for d in datas]
+    for covered in (5, 10, 12):
+        search = program(b"TEXT", rng.choice(textgen.WORDS[:4]))  # three letters or more
+        assert evaluate(search, store, box, uids) == evaluate(search, ScanOnly(store), box,
+                                                                uids)
+        assert store.text.check(box.id, uids)[0] == uids[:12 - covered]  # the newest first
+    differential(store, box, rng, texts, 40)
