@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Mapping
 
-from .base import TEXT_DOCS, Mutation, Table, TextIndex, delete_rows
+from .base import TEXT_DOCS, TEXT_SEPARATOR, Mutation, Table, TextIndex, delete_rows
 
 _CODES = {doc: bytes([i + 1]) for i, doc in enumerate(TEXT_DOCS)}
 _MARKERS = b"\x00"
@@ -28,8 +28,10 @@ _FAMILY = b"p"
 
 
 def trigrams(text: str) -> set[str]:
-    """Every run of three code points in ``text``."""
-    return {text[i:i + 3] for i in range(len(text) - 2)}
+    """Every run of three code points in ``text`` that no needle can hold (none across
+    :data:`TEXT_SEPARATOR`, which no needle holds)."""
+    grams = {text[i:i + 3] for i in range(len(text) - 2)}
+    return {g for g in grams if TEXT_SEPARATOR not in g} if TEXT_SEPARATOR in text else grams
 
 
 def _cell(uid: int) -> bytes:
