@@ -306,6 +306,51 @@ def measure_sort(server, user: str, reps: int) -> dict:
     return out
 
 
+TEXT_SEARCHES = [("SUBJECT", b'SEARCH SUBJECT "topic 42 report"'),
+                 ("BODY", b"SEARCH BODY needle123")]
+
+
+def measure_text_search(server, user: str, reps: int) -> dict:
+    """SEARCH SUBJECT and SEARCH BODY on the big INBOX (issue 14): each in a freshly started
+    server ("cold": the process has read nothing yet; the OS page cache is warm for both
+    servers, and Dovecot's index files exist from earlier SELECTs), the median of ``reps``
+    more on the same connection ("warm"), and the median of runs each after one new message
+    APPENDed by another connection ("changed")."""
+    out: dict = {}
+    for name, query in TEXT_SEARCHES:
+        server.stop()
+        server.start()
+        c = Conn(server.port)
+        c.login(user, PASSWORD)
+        c.command(b"SELECT INBOX")
+        times, hits = [], 0
+        for _ in range(1 + reps):
+            t0 = time.perf_counter()
+            tagged, untagged = c.command(query)
+            times.append(time.perf_counter() - t0)
+            if b" OK" not in tagged:
+                raise RuntimeError(f"{server.name}: {query!r}: {tagged!r}")
+            line = next(u for u in untagged if u.startswith(b"* SEARCH"))
+            hits = len(line.split()) - 2
+        side = Conn(server.port)
+        side.login(user, PASSWORD)
+        news = message(99_997, 1500)
+        changed = []
+        for _ in range(max(3, reps // 2)):
+            side.command(b"APPEND INBOX (\\Seen)", news)
+            c.command(b"NOOP")
+            t0 = time.perf_counter()
+            c.command(query)
+            changed.append(time.perf_counter() - t0)
+        side.command(b"LOGOUT")
+        side.close()
+        c.command(b"LOGOUT")
+        c.close()
+        out[name] = {"cold_ms": ms(times[0]), "warm_ms": ms(statistics.median(times[1:])),
+                     "changed_ms": ms(statistics.median(changed)), "hits": hits}
+    return out
+
+
 def sort_rows(r: dict, row, f_ms) -> None:
     o, d = r["ours"]["sort"], r["dovecot"]["sort"]
     for query, _prefix in SORTS:
@@ -655,6 +700,8 @@ def parse_args() -> argparse.Namespace:
     ap.add_argument("--only", choices=["qresync"], help="run only this measure")
     ap.add_argument("--sort-only", action="store_true",
                     help="only the big INBOX and its SORT/THREAD measure")
+    ap.add_argument("--search-only", action="store_true",
+                    help="only the big INBOX and its SEARCH SUBJECT/BODY measure (issue 14)")
     args = ap.parse_args()
     full = dict(messages=100_000, clients=200, mailbox=100, idle=1000, duration=30.0,
                 warmup=5.0, appends=200, reps=10)
@@ -678,7 +725,7 @@ def main() -> None:
     appenders = [f"append{i}" for i in range(args.append_clients)]
     small = [message(i, 4096) for i in range(args.mailbox)]
     corpus = [message(i, 1500) for i in range(1000)]
-    if args.sort_only:
+    if args.sort_only or args.search_only:
         users, appenders = [], []
     mail = Mail({**{u: Mailbox(args.mailbox, small) for u in users},
                  **{u: Mailbox() for u in appenders},
@@ -698,7 +745,8 @@ def main() -> None:
         writer.join()
         if writer.exitcode != 0:
             raise RuntimeError("writing the maildirs failed")
-        log(f"filled our store and the maildirs in {time.perf_counter() - t0:.1f} s")
+        fill_s = time.perf_counter() - t0
+        log(f"filled our store and the maildirs in {fill_s:.1f} s")
         ours.start()
         dovecot.start()
         servers = (ours, dovecot)
@@ -710,6 +758,27 @@ def main() -> None:
                 log(f"{name} on {server.name}: {time.perf_counter() - t:.1f} s "
                     f"{json.dumps(results[server.name][name], default=str)[:600]}")
 
+        if args.search_only:
+            each("text_search", measure_text_search, "big", args.reps)
+            print(f"\n{args.messages:,}-message INBOX, filled in {fill_s:.0f} s (both stores "
+                  f"at once), {args.reps} warm runs\n")
+            print("| measure | ours | Dovecot | ratio (ours / Dovecot) | target |\n"
+                  "|---|---|---|---|---|")
+            for name, _query in TEXT_SEARCHES:
+                a, b = results["ours"]["text_search"][name], \
+                    results["dovecot"]["text_search"][name]
+                for kind, target in (("cold", "<= Dovecot"), ("warm", "<= 50 ms"),
+                                     ("changed", "")):
+                    x, y = a[f"{kind}_ms"], b[f"{kind}_ms"]
+                    met = (x <= y) if kind == "cold" else (x <= 50) if kind == "warm" else None
+                    print(f"| SEARCH {name} ({a['hits']} hits), {kind} | {x:,.1f} ms | "
+                          f"{y:,.1f} ms | {ratio(x, y)} | {target}"
+                          f"{'' if met is None else (' (met)' if met else ' (missed)')} |")
+            ours.stop()
+            dovecot.stop()
+            shutil.rmtree(work, ignore_errors=True)
+            shutil.rmtree(dovecot.dir, ignore_errors=True)
+            return
         if args.sort_only:
             each("sort", measure_sort, "big", args.reps)
             rows: list[str] = []

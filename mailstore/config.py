@@ -89,6 +89,7 @@ SCHEMA: dict[str, dict[str, Key]] = {
         "abandon_after": Key(float, 10.0),
         "intent_timeout": Key(float, 60.0),
         "release_grace": Key(float, 3600.0),
+        "text_index": Key(_choice("yes", "lazy", "no"), "yes"),
     },
     "imap": {
         "host": Key(str, "127.0.0.1"),
@@ -205,7 +206,8 @@ class Config:
     def store_options(self) -> dict[str, Any]:
         store = self.values["store"]
         options = {k: store[k] for k in ("chunk_size", "read_ahead", "max_message_size",
-                                         "abandon_after", "intent_timeout", "release_grace")}
+                                         "abandon_after", "intent_timeout", "release_grace",
+                                         "text_index")}
         sieve = self.values["managesieve"]
         limits = ScriptLimits(sieve["max_scripts"], sieve["max_script_size"],
                               sieve["max_total_size"])

@@ -15,7 +15,11 @@ What is checked (docs/decisions/0004-counters-and-fsck.md):
 * import records (``JAMES_IMPORTS``), change-log entries and checkpoints (``JAMES_CHANGES``) and
   annotations (``JAMES_METADATA``) of mailboxes that no longer exist;
 * the ACL grant index (``JAMES_ACL_INDEX``) against the mailboxes' ACL cells, both ways
-  (docs/decisions/0018-acl.md).
+  (docs/decisions/0018-acl.md);
+* the text index (docs/decisions/0026): messages without a marker (stored before the index,
+  or whose indexing failed or died with its process: SEARCH scans them) are counted and
+  indexed by ``--repair``; markers of messages no longer there are counted and removed.  Not
+  problems: derived data a crash may leave behind, never needed for a right answer.
 
 Counters are repaired by incrementing them by the difference, never by overwriting them, so a
 repair racing with live traffic cannot erase a concurrent change.  The content reference check
@@ -128,6 +132,32 @@ class Fsck:
         for mailbox in store.mailboxes.list(user):
             self.report.checked["mailboxes"] += 1
             self.check_mailbox(user, mailbox, judge_counters=mailbox.id not in in_flight)
+            if mailbox.id not in in_flight:
+                self.check_text_index(user, mailbox)
+
+    def check_text_index(self, user: str, mailbox: Mailbox) -> None:
+        """Index rows missing (unmarked messages) or stale (markers of gone messages).
+
+        Counted, not problems: the index is never needed for a right answer (SEARCH scans
+        what it does not cover), and a crash in the middle of an append, a move or an expunge
+        leaves exactly these -- as it leaves inert step markers.  ``--repair`` indexes the
+        missing messages and removes the stale markers."""
+        text = self.store.text
+        if not text.enabled:
+            return
+        uids = self.store.uids(mailbox)
+        missing, stale = text.check(mailbox.id, uids)
+        self.report.checked["indexed messages"] += len(uids) - len(missing)
+        if missing:
+            self.report.checked["unindexed messages"] += len(missing)
+            if self.repair:
+                self.progress(f"indexing {len(missing)} messages of {user}:{mailbox.name}")
+                done = text.index_messages(mailbox.id, missing, sync=self.store.backend.sync)
+                self.report.checked["messages indexed now"] += done
+        if stale:
+            self.report.checked["stale index markers"] += len(stale)
+            if self.repair:
+                text.forget(mailbox.id, stale)
 
     def check_index(self, user: str) -> None:
         index = self.store.mailboxes.index

@@ -343,9 +343,28 @@ ACL_INDEX = TableDef(
            "grantee (and 'anyone') for LIST and NAMESPACE listings of shared mailboxes",
 )
 
+TEXT_INDEX = TableDef(
+    name="JAMES_TEXT_INDEX",
+    purpose="Trigram postings of each message's searchable text, so SEARCH BODY/TEXT/SUBJECT/"
+            "FROM/TO/CC/BCC/HEADER look only at the messages that may match "
+            "(mailstore/backends/postings.py; docs/decisions/0026-text-index.md).  Derived "
+            "data: `mailadmin index rebuild` rewrites it.  Unused by the embedded store, "
+            "which keeps the same index in SQLite FTS5.",
+    row_key="16-byte mailbox UUID + NUL (the markers row); 16-byte mailbox UUID + 1 byte "
+            "document (1 subject, 2 from, 3 to, 4 cc, 5 bcc, 6 head, 7 body) + a trigram of "
+            "its case-folded text, UTF-8 (posting rows)",
+    families={"p": "p:<4-byte UID>: in a posting row, b'\\x01' (the message's document holds "
+                   "the trigram); in the markers row, b'1' indexed or b'0' not indexable"},
+    access="one batch of row puts per message indexed (one row per distinct trigram), the "
+           "marker last; one multi-get of a needle's trigram rows and one get of the markers "
+           "row per text key searched; a prefix delete per mailbox deleted or rebuilt",
+    split="uniform",
+)
+
 TABLES: tuple[TableDef, ...] = (MAILBOXES, MAILBOX_INDEX, MESSAGES, CONTENT, SUBSCRIPTIONS,
                                 USERS, INTENTS, IMPORTS, CHANGES, OUTBOX, METADATA,
-                                URLAUTH_KEYS, SIEVE_SCRIPTS, ACL_INDEX, SIEVE_TRACKING)
+                                URLAUTH_KEYS, SIEVE_SCRIPTS, ACL_INDEX, SIEVE_TRACKING,
+                                TEXT_INDEX)
 
 
 SPLIT_ALGORITHMS = {"uniform": "UniformSplit", "hex": "HexStringSplit"}

@@ -33,6 +33,8 @@ from .errors import (
 from .index import CHECKPOINT_EVERY, Delta, Indexes, MailboxIndex, Marks
 from .mailboxes import DEFAULT_FOLDERS, MODSEQ, Mailbox, Mailboxes
 from .messages import (
+    BODY,
+    HEADER,
     SUMMARY,
     Messages,
     MessageView,
@@ -57,6 +59,7 @@ from .schema import IMPORTS, INTENTS, OUTBOX, Layout, create_schema
 from .sharing import open_mailbox, visible_mailboxes
 from .sievescripts import ScriptLimits, SieveScripts
 from .sortcache import MessageKeys, SortKeyCache
+from .textindex import TextSearch
 from .transfers import Transfers
 from .urlauth import UrlauthKeys
 from .users import (
@@ -111,7 +114,8 @@ class MailStore:
                  sleep: Callable[[float], None] = time.sleep,
                  abandon_after: float = 10.0, intent_timeout: float = 60.0,
                  release_grace: float = DEFAULT_GRACE, create_tables: bool = True,
-                 layout: Layout | None = None, sieve_limits: ScriptLimits | None = None):
+                 layout: Layout | None = None, sieve_limits: ScriptLimits | None = None,
+                 text_index: bool | str = True):
         self.backend = backend
         if create_tables:
             create_schema(backend, layout)
@@ -128,16 +132,19 @@ class MailStore:
                                    self.users, clock, intent_timeout, self.changes)
         self.indexes = Indexes(backend, self.messages, self.changes)
         self.sort_cache = SortKeyCache(self.messages)
-        self.metadata = Metadata(backend)
-        self.annotations = Annotations(self.metadata, self.mailboxes)
         self.urlauth = UrlauthKeys(backend)
-        self._chunk_size = chunk_size
         self.grants = Grants(backend)
         self._sieve_scripts = SieveScripts(backend, limits=sieve_limits, clock=clock,
                                            user_exists=self.users.get)
         self.metadata = Metadata(backend)
         self.annotations = Annotations(self.metadata, self.mailboxes)
         self._chunk_size = chunk_size
+        # The text index (mailstore/textindex.py, docs/decisions/0026): derived data, kept at
+        # every append, copy, move, expunge and mailbox deletion, never needed for a right
+        # answer (SEARCH scans what it does not cover).
+        mode = {True: "yes", False: "no"}.get(text_index, text_index)
+        self.text = TextSearch(backend.text_index() if mode != "no" else None, self.messages,
+                               mode=mode, grouped=backend.grouped)
 
     @functools.cached_property
     def sieve_tracking(self):
@@ -363,6 +370,7 @@ class MailStore:
         self.urlauth.drop(mailbox.owner, mailbox.id)
         self.changes.drop(mailbox.id)
         self.indexes.forget(mailbox.id)
+        self.text.drop(mailbox.id)
         self.mailboxes.remove_row(mailbox.id)
 
     def _drop_import_records(self, mailbox_id: bytes) -> None:
@@ -531,6 +539,10 @@ class MailStore:
                    internal_date: float | None = None) -> int:
         """Add a message row for content already ingested (one of its references); its UID."""
         uid, _modseq = self.messages.add(mailbox, stored, flags, internal_date)
+        # In the append's unit of work (one SQLite transaction on the embedded store), after
+        # the commit record: a crash in between leaves the message unmarked, so scanned.
+        if self.text.at_append:
+            self.text.add(mailbox.id, uid, lambda: self.text.docs_of_stored(stored))
         if uid % CHECKPOINT_EVERY == 0:
             # Keep the index checkpoint near, so that the first SELECT of a mailbox filled
             # only by delivery does not read every row (docs/decisions/0009).  Derived data:
@@ -688,6 +700,12 @@ class MailStore:
               columns: list[bytes] | None = SUMMARY) -> list[MessageView]:
         return self.messages.get(mailbox.id, uids, columns)
 
+    def text_candidates(self, mailbox: Mailbox, queries, uids: list[int]) -> dict:
+        """SEARCH's text index lookup (:meth:`.textindex.TextSearch.candidates`): for each
+        ``key -> (documents, case-folded needle)``, the UIDs of ``uids`` that may match;
+        keys the index cannot narrow are left out (the caller scans for them)."""
+        return self.text.candidates(mailbox.id, queries, uids)
+
     def open_message(self, view: MessageView) -> io.RawIOBase:
         return self.messages.open_body(view)
 
@@ -753,7 +771,9 @@ class MailStore:
                 only_deleted: bool = False) -> list[int]:
         """Expunge ``uids`` (only those with \\Deleted, if ``only_deleted``, as read in the
         same step: EXPUNGE, CLOSE and UID EXPUNGE need not read the rows first)."""
-        return self.transfers.expunge(mailbox, uids, only_deleted)
+        gone = self.transfers.expunge(mailbox, uids, only_deleted)
+        self.text.forget(mailbox.id, gone)
+        return gone
 
     @durable
     def replace(self, source: Mailbox, uid: int, target: Mailbox, message,
@@ -781,7 +801,9 @@ class MailStore:
         with self.unit_of_work(size):
             validity, new_uid = self._append(target.owner, target, message, size, flags,
                                              internal_date, credit=(old[0].record.size, 1))
-        if not self.transfers.expunge(source, [uid]):
+        gone = self.transfers.expunge(source, [uid])
+        self.text.forget(source.id, gone)
+        if not gone:
             # Expunged (or moved) by another session since it was read above: RFC 8508 3.4
             # has no REPLACE that only appends, so the new message goes too.  Another
             # session may have seen it come and go; the client is told NO.
@@ -799,6 +821,7 @@ class MailStore:
         self.check_quota(target.owner, sum(v.record.size for v in views), len(views))
         pairs = self.transfers.copy(source, uids, target)
         self._drop_unpermitted_flags(target, [new for _old, new in pairs], rights)
+        self._index_copies(target, pairs)
         return pairs
 
     def _drop_unpermitted_flags(self, target: Mailbox, uids: list[int],
@@ -828,7 +851,22 @@ class MailStore:
             self.check_quota(target.owner, sum(v.record.size for v in views), len(views))
         pairs = self.transfers.move(source, uids, target)
         self._drop_unpermitted_flags(target, [new for _old, new in pairs], rights)
+        self._index_copies(target, pairs)
+        self.text.forget(source.id, [old for old, _new in pairs])
         return pairs
+
+    def _index_copies(self, target: Mailbox, pairs: list[tuple[int, int]]) -> None:
+        """Index the messages a COPY or MOVE gave ``target`` (read back from their content:
+        the same octets give the same documents)."""
+        if not self.text.at_append or not pairs:
+            return
+        try:
+            views = self.messages.get(target.id, [new for _old, new in pairs],
+                                      [*SUMMARY, HEADER, BODY])
+        except Exception:  # noqa: BLE001 - left unindexed: scanned, and fsck reports them
+            return
+        for view in views:
+            self.text.add(target.id, view.uid, functools.partial(self.text.docs_of_view, view))
 
     # -- administration (mailadmin) --------------------------------------------------------------
 

@@ -79,6 +79,15 @@ class DyingBackend:
     def table(self, name):
         return DyingTable(self._backend.table(name), self._budget, name)
 
+    def text_index(self):
+        """The text index, dying too: posting rows through the dying tables; an index of the
+        backend's own (FTS5) as one "text_index" table whose put and remove are writes."""
+        from mailstore.backends.postings import PostingIndex
+        index = self._backend.text_index()
+        if isinstance(index, PostingIndex):
+            return PostingIndex(self.table(index.table.name))
+        return DyingTable(index, self._budget, "text_index")
+
     def __getattr__(self, name):
         return getattr(self._backend, name)
 

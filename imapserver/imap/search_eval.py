@@ -45,7 +45,9 @@ from collections.abc import Callable
 
 from mailstore.messages import BODY, FLAGS, HEADER
 from mailstore.mime import header_fields
+from mailstore.mime.searchtext import MAX_PART_HEADER, header_text, pieces, segments
 from mailstore.objectids import email_id, thread_id
+from mailstore.textindex import Candidates, docs_for_content, docs_for_header
 
 from .search_parse import (
     MONTHS,
@@ -68,15 +70,13 @@ from .search_parse import (
     WithinKey,
     walk,
 )
-from .search_text import PartDecoder, StreamMatcher, address_text, decode_bytes, decode_field
+from .search_text import PartDecoder, StreamMatcher, address_text, decode_field
 
 _FLAG_ONLY = (AllKey, AndKey, FlagKey, NotKey, OrKey, RecentKey, SequenceKey)
 BATCH_SIZE = 500
 SCAN_ABOVE = 2000
 """Above this many candidates, flags/size/date come from one scan instead of multi-gets."""
 """UIDs per :meth:`MailStore.fetch` round trip."""
-MAX_PART_HEADER = 256 * 1024
-"""Most octets of a part's header block that TEXT searches (the MIME parser keeps as many)."""
 _EPOCH_DAY = datetime.date(1970, 1, 1).toordinal()
 _SENT_DATE = re.compile(r"(\d{1,2})[\s-]+([A-Za-z]{3})[A-Za-z]*\.?[\s-]+(\d{2,4})(?!\d)")
 
@@ -101,7 +101,8 @@ def evaluate(program: SearchProgram, store, mailbox, uids: list[int],
     recent = recent or set()
     if flag_sets is not None and answerable_from_flags(program):
         return _resolve_sets(_from_sets(program.key, uids, recent, flag_sets), uids)
-    test = _compile(program.key, uids, recent, time.time() if now is None else now)
+    possible = _text_candidates(program.key, store, mailbox, uids)
+    test = _compile(program.key, uids, recent, time.time() if now is None else now, possible)
     tiers = program.tiers
     content_keys = sorted({k for k in walk(program.key)
                            if isinstance(k, ContentKey) and k.needle},
@@ -114,7 +115,7 @@ def evaluate(program: SearchProgram, store, mailbox, uids: list[int],
     if 3 in tiers and content_keys:
         text = any(k.text for k in content_keys)
         stages.append((3, [BODY, HEADER] if text and 2 not in tiers else [BODY]))
-    candidates = _candidates(program.key, uids)
+    candidates = _candidates(program.key, uids, possible)
     summaries = None
     if stages and stages[0][0] == 1 and len(candidates) > SCAN_ABOVE:
         # Many candidates: one bounded scan of the small commit and flag cells beats a
@@ -252,15 +253,44 @@ def _settle(messages: list[_Message], test: Test, matched: list[int]) -> list[_M
     return undecided
 
 
-def _candidates(key: Key, uids: list[int]) -> list[int]:
-    """``uids``, narrowed by the most selective top-level sequence set if there is one."""
+def _text_candidates(key: Key, store, mailbox, uids: list[int]) -> dict[Key, Candidates]:
+    """The text index's answer (:meth:`MailStore.text_candidates`): for each text key it
+    can narrow, the messages it matched and those it does not cover.  A message it covers
+    and did not match does not match; one it matched does if the index is exact for that key,
+    else the key's own test decides, as it does for every message not covered."""
+    queries = {}
+    for k in walk(key):
+        if isinstance(k, HeaderKey) and k.needle:
+            docs, exact = docs_for_header(k.field, k.addresses)
+            queries[k] = (docs, k.needle, exact)
+        elif isinstance(k, ContentKey) and k.needle:
+            docs, exact = docs_for_content(k.text)
+            queries[k] = (docs, k.needle, exact)
+    lookup = getattr(store, "text_candidates", None)
+    if not queries or lookup is None:
+        return {}
+    return lookup(mailbox, queries, uids)
+
+
+def _candidates(key: Key, uids: list[int],
+                possible: dict[Key, Candidates] | None = None) -> list[int]:
+    """``uids``, narrowed by the most selective top-level sequence set if there is one, and
+    by the text index's candidates for the top-level text keys."""
+    operands = key.keys if isinstance(key, AndKey) else (key,)
+    narrowing = [possible[k].possible() for k in operands if possible and k in possible]
+    if narrowing:
+        allowed = min(narrowing, key=len)
+        for other in narrowing:
+            if other is not allowed:
+                allowed = allowed & other
+        uids = [uid for uid in uids if uid in allowed]
     if isinstance(key, SequenceKey):
         sets = [key]
     elif isinstance(key, AndKey):
         sets = [k for k in key.keys if isinstance(k, SequenceKey)]
     else:
         sets = []
-    if not sets:
+    if not sets or not uids:
         return uids
     best = min((k.seqset.slices(uids, k.uid, strict=False) for k in sets),
                key=lambda slices: sum(stop - start for start, stop in slices))
@@ -362,9 +392,18 @@ def _flatten(key: Key, kind: type) -> list[Key]:
     return sorted(out, key=_subtree_tier)
 
 
-def _compile(key: Key, uids: list[int], recent: set[int], now: float) -> Test:
+def _compile(key: Key, uids: list[int], recent: set[int], now: float,
+             possible: dict[Key, Candidates] | None = None) -> Test:
     """A function of a message giving True, False or None (not decidable with what is
-    loaded yet)."""
+    loaded yet).  ``possible``: the text index's candidates per text key; a message outside
+    them does not match that key, decided before anything is read."""
+    if possible and key in possible:
+        verdict, inner = possible[key].verdict, _compile(key, uids, recent, now)
+
+        def indexed(m):
+            found = verdict(m.uid)
+            return inner(m) if found is None else found
+        return indexed
     if isinstance(key, AllKey):
         return lambda m: True
     if isinstance(key, RecentKey):
@@ -418,21 +457,21 @@ def _compile(key: Key, uids: list[int], recent: set[int], now: float) -> Test:
             return lambda m: True  # every text contains the empty string
         return lambda m: None if m.content is None else key in m.content
     if isinstance(key, NotKey):
-        inner = _compile(key.key, uids, recent, now)
+        inner = _compile(key.key, uids, recent, now, possible)
 
         def negation(m):
             verdict = inner(m)
             return None if verdict is None else not verdict
         return negation
     if isinstance(key, OrKey | AndKey):
-        return _compile_junction(key, uids, recent, now)
+        return _compile_junction(key, uids, recent, now, possible)
     raise TypeError(f"not a search key: {key!r}")
 
 
 def _compile_junction(key: OrKey | AndKey, uids: list[int], recent: set[int],
-                      now: float) -> Test:
+                      now: float, possible: dict[Key, Candidates] | None = None) -> Test:
     kind = type(key)
-    tests = [_compile(k, uids, recent, now) for k in _flatten(key, kind)]
+    tests = [_compile(k, uids, recent, now, possible) for k in _flatten(key, kind)]
     decisive = kind is OrKey  # the verdict that settles an OR (True) or an AND (False)
 
     def junction(m):
@@ -483,50 +522,6 @@ def _compile_date(key: DateKey) -> Test:
 
 # -- content -----------------------------------------------------------------------------------
 
-def _segments(body: dict | None, header_size: int, size: int):
-    """``(is_header, start, end, encoding, charset)`` for every block TEXT/BODY search, in
-    message order: header blocks, and the bodies of text and message leaf parts."""
-    if body is None:  # no structure kept: the header, then the rest as one text part
-        yield True, 0, header_size, None, None
-        yield False, header_size, size, None, None
-        return
-    stack = [body]
-    while stack:
-        part = stack.pop()
-        yield True, part.get("header_start", 0), part.get("body_start", 0), None, None
-        kind = part.get("type", "text").lower()
-        children = part.get("parts")
-        message = part.get("message")
-        if children:
-            stack += reversed(children)
-        elif message and message.get("body"):
-            stack.append(message["body"])
-        elif kind in ("text", "message") or children is not None:
-            # (a multipart without parts -- no boundary found -- is searched as text)
-            charset = next((v for k, v in part.get("params", ()) if k.lower() == "charset"),
-                           None)
-            yield (False, part.get("body_start", 0), part.get("body_end", 0),
-                   part.get("encoding"), charset)
-
-
-def _pieces(reader, start: int, end: int):
-    """The octets ``[start, end)``, one content chunk at a time (never more in memory)."""
-    chunk = getattr(reader, "chunk_size", 0) or 65536
-    reader.seek(start)
-    pos = start
-    while pos < end:
-        data = reader.read(min(end, (pos // chunk + 1) * chunk) - pos)
-        if not data:
-            return
-        pos += len(data)
-        yield data
-
-
-def _header_text(block: bytes) -> str:
-    return "\n".join(f"{name}: {decode_field(raw)}" if name else decode_bytes(raw)
-                     for name, raw in header_fields(block))
-
-
 def _scan_content(store, m: _Message, body: dict | None,
                   keys: list[ContentKey]) -> set[ContentKey]:
     """The content keys whose string the message contains (see the module docstring)."""
@@ -541,7 +536,7 @@ def _scan_content(store, m: _Message, body: dict | None,
     record = m.view.record
     reader = None
     try:
-        for is_header, start, end, encoding, charset in _segments(body, record.header_size,
+        for is_header, start, end, encoding, charset in segments(body, record.header_size,
                                                                    record.size):
             if len(found()) == len(keys):
                 break
@@ -554,9 +549,9 @@ def _scan_content(store, m: _Message, body: dict | None,
                     block = m.header
                 else:
                     reader = reader or store.open_message(m.view)
-                    block = b"".join(_pieces(reader, start, min(end, start + MAX_PART_HEADER)))
+                    block = b"".join(pieces(reader, start, min(end, start + MAX_PART_HEADER)))
                 in_headers.reset()
-                in_headers.feed(_header_text(block))
+                in_headers.feed(header_text(block))
                 # A TEXT string found in a header need not be looked for in the bodies.
                 in_bodies.needles -= in_headers.found - body_needles
                 continue
@@ -565,7 +560,7 @@ def _scan_content(store, m: _Message, body: dict | None,
             reader = reader or store.open_message(m.view)
             decoder = PartDecoder(encoding, charset)
             in_bodies.reset()
-            for data in _pieces(reader, start, end):
+            for data in pieces(reader, start, end):
                 in_bodies.feed(decoder.feed(data))
                 if in_bodies.done:
                     break

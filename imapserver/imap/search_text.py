@@ -1,4 +1,5 @@
-"""Text as SEARCH sees it: decoded header values, decoded body parts, streamed substring search.
+"""Text as SEARCH sees it (now kept in :mod:`mailstore.mime.searchtext`, which the text
+index shares): decoded header values, decoded body parts, streamed substring search.
 
 RFC 3501 6.4.4 asks for case-insensitive substring matching and leaves decoding to the server.
 We decode as Dovecot does, so that a user searching for what they see finds it:
@@ -20,165 +21,17 @@ We decode as Dovecot does, so that a user searching for what they see finds it:
 
 from __future__ import annotations
 
-import binascii
-import re
-
-from mailstore.mime import field_value, parse_address_list
-from mailstore.mime.encoded import (  # noqa: F401 (re-exported for tests and older imports)
+from mailstore.mime.searchtext import (  # noqa: F401 (re-exported for tests and older imports)
+    PartDecoder,
+    StreamMatcher,
     _codec_name,
     _text_decoder,
     _Utf8OrCp1252,
+    address_text,
     decode_bytes,
     decode_field,
     decode_header_text,
 )
-
-_BASE64_JUNK = re.compile(rb"[^A-Za-z0-9+/]")
-
-
-_ATEXT = re.compile(r"[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+")
-
-
-def address_text(raw: bytes) -> str:
-    """The addresses of a raw address field, written out again as Dovecot's SEARCH sees them
-    (``"Name" <local@domain>, group: <a@b>;``): comments, folding and the spacing as written
-    gone, display names decoded (RFC 2047) and quoted unless one atom, 8-bit text decoded as
-    in :func:`decode_field`."""
-    out: list[str] = []
-    in_group = False
-    for name, adl, mailbox, host in parse_address_list(field_value(raw)):
-        if host is None:  # a group's start (mailbox is its name) or end (RFC 3501 7.4.2)
-            if mailbox is None:
-                out.append(";")
-                in_group = False
-            else:
-                out.append(("" if not out else ", ") + _decode_latin1(mailbox) + ":")
-                in_group = True
-            continue
-        addr = _decode_latin1(mailbox or "") + ("@" + _decode_latin1(host) if host else "")
-        if adl:
-            addr = _decode_latin1(adl) + ":" + addr
-        text = "<" + addr + ">"
-        if name:
-            display = _decode_latin1(name)
-            if not _ATEXT.fullmatch(display):
-                display = '"' + display.replace("\\", "\\\\").replace('"', '\\"') + '"'
-            text = display + " " + text
-        if out and not out[-1].endswith(":"):
-            text = ", " + text
-        elif out:
-            text = " " + text
-        out.append(text)
-    if in_group:
-        out.append(";")
-    return "".join(out)
-
-
-def _decode_latin1(value: str) -> str:
-    """A parsed address part (raw octets as latin-1) decoded as header text."""
-    return decode_header_text(decode_bytes(value.encode("latin-1")))
-
-
-class _Base64:
-    """Incremental base64 decoding that skips line breaks and junk between quanta."""
-
-    def __init__(self) -> None:
-        self._rest = b""
-
-    def feed(self, data: bytes, final: bool = False) -> bytes:
-        end = data.find(b"=")
-        if end >= 0:  # padding: what follows is not part of this encoding
-            data, final = data[:end], True
-        data = self._rest + _BASE64_JUNK.sub(b"", data)
-        cut = len(data) if final else len(data) - len(data) % 4
-        self._rest = b"" if final else data[cut:]
-        chunk = data[:cut]
-        if final and len(chunk) % 4 == 1:
-            chunk = chunk[:-1]  # a lone sextet carries no octet
-        if not chunk:
-            return b""
-        try:
-            return binascii.a2b_base64(chunk + b"=" * (-len(chunk) % 4))
-        except binascii.Error:
-            return b""
-
-
-class _QuotedPrintable:
-    """Incremental quoted-printable decoding: an escape split between pieces waits."""
-
-    def __init__(self) -> None:
-        self._rest = b""
-
-    def feed(self, data: bytes, final: bool = False) -> bytes:
-        data = self._rest + data
-        cut = len(data)
-        if not final:
-            # "=XY" and the soft break "=\r\n" are three octets: an "=" among the last two
-            # may be the start of one, so it waits for the next piece.
-            tail = data[-2:].rfind(b"=")
-            if tail >= 0:
-                cut = len(data) - len(data[-2:]) + tail
-        self._rest = data[cut:]
-        return binascii.a2b_qp(data[:cut])
-
-
-class _Identity:
-    def feed(self, data: bytes, final: bool = False) -> bytes:
-        return data
-
-
-class PartDecoder:
-    """Turns the octets of one body part, fed in pieces, into text.
-
-    ``encoding`` is the part's Content-Transfer-Encoding, ``charset`` its charset parameter
-    (either may be None).
-    """
-
-    def __init__(self, encoding: str | None, charset: str | None):
-        kind = (encoding or "").strip().lower()
-        if kind == "base64":
-            self._transfer = _Base64()
-        elif kind == "quoted-printable":
-            self._transfer = _QuotedPrintable()
-        else:
-            self._transfer = _Identity()
-        self._text = _text_decoder(charset)
-
-    def feed(self, data: bytes, final: bool = False) -> str:
-        try:
-            return self._text.decode(self._transfer.feed(data, final), final)
-        except Exception:  # a codec failing despite errors="replace": search it as octets
-            self._text = _Utf8OrCp1252()
-            return self._text.decode(data, final)
-
-
-class StreamMatcher:
-    """Looks for several case-folded needles in text that arrives in pieces.
-
-    Call :meth:`feed` with each piece (any case) of one run of text, :meth:`reset` between
-    runs that must not match across (body parts).  ``found`` holds the needles seen so far.
-    """
-
-    def __init__(self, needles):
-        self.needles = set(needles)
-        self.found: set[str] = set()
-        self._keep = max((len(n) for n in self.needles), default=1) - 1
-        self._carry = ""
-
-    @property
-    def done(self) -> bool:
-        return self.found >= self.needles
-
-    def reset(self) -> None:
-        self._carry = ""
-
-    def feed(self, text: str) -> None:
-        window = self._carry + text.casefold()
-        for needle in self.needles - self.found:
-            if needle in window:
-                self.found.add(needle)
-        self._carry = window[-self._keep:] if self._keep else ""
-
 
 __all__ = ["PartDecoder", "StreamMatcher", "address_text", "decode_bytes", "decode_field",
            "decode_header_text"]

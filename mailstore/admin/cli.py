@@ -6,7 +6,7 @@ thing that was wrong (``no such user: bob``).  Tables by default, ``--json`` for
 
 This module only parses the command line and dispatches; each command group lives in its own
 module (``users_cmd``, ``mailbox_cmd``, ``transfer``, ``queue_cmd``, ``metadata_cmd``,
-``sieve_cmd``, ``store_cmd``).
+``sieve_cmd``, ``store_cmd``, ``index_cmd``).
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from .. import config as configmod
 from ..errors import MailStoreError
 from . import (
     acl_cmd,
+    index_cmd,
     mailbox_cmd,
     metadata_cmd,
     queue_cmd,
@@ -70,6 +71,7 @@ def build_parser() -> argparse.ArgumentParser:
     metadata_cmd.register(sub, common)
     store_cmd.register(sub, common)
     acl_cmd.register(sub, common)
+    index_cmd.register(sub, common)
     return parser
 
 

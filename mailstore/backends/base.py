@@ -202,6 +202,66 @@ class Table(abc.ABC):
         return self.check_and_put(row, column, None, column, value)
 
 
+TEXT_DOCS = ("subject", "from", "to", "cc", "bcc", "head", "body")
+"""The documents the text index keeps per message (see :class:`TextIndex`)."""
+
+TEXT_SEPARATOR = "\uffff"
+"""Joins the texts of one document that a substring must not straddle (two body parts, two
+fields).  A Unicode noncharacter; NUL, which FTS5 takes as the end of the text, is written as
+it too (no SEARCH string holds NUL: RFC 3501 9, CHAR8).  A needle holding either is never
+looked up."""
+
+
+class TextIndex(abc.ABC):
+    """A per-mailbox substring index of message text (issue 14; docs/decisions/0026).
+
+    It *proposes* messages; the caller verifies them.  For each message it holds up to one
+    text per name in :data:`TEXT_DOCS`, given already case-folded by the caller (the index
+    folds nothing itself).  Guarantees:
+
+    * ``match`` MUST return every indexed UID of the mailbox whose document contains the
+      needle as a substring (code point for code point).  It MAY return more: UIDs whose text
+      does not contain it, UIDs no longer in the mailbox, UIDs not indexed.
+    * A message is *indexed* once :meth:`markers` says so (True), and only then: its
+      documents are complete.  ``put`` writes the documents before the marker, so a crash
+      leaves a message unmarked (scanned), never marked with half its text.
+    * UIDs are never reused within a mailbox id, so entries of a removed UID MAY linger (they
+      only add candidates that are not in the mailbox).
+    * An index whose ``exact`` is True returns from ``match`` exactly the marked UIDs whose
+      document holds the needle (lingering ones aside); the caller may then skip verifying
+      them.  The caller never asks for a needle holding :data:`TEXT_SEPARATOR` or NUL.
+    """
+
+    exact: bool = False
+
+    @abc.abstractmethod
+    def put(self, mailbox_id: bytes, uid: int, docs: Mapping[str, str] | None) -> None:
+        """Index one message; ``docs`` None records that it is not indexed (too big, not
+        readable) and must be scanned (its marker is False).  Replaces an earlier entry."""
+
+    @abc.abstractmethod
+    def remove(self, mailbox_id: bytes, uids: Collection[int]) -> None:
+        """Forget messages (expunged or moved away): at least their markers."""
+
+    @abc.abstractmethod
+    def drop(self, mailbox_id: bytes) -> None:
+        """Forget a whole mailbox (deleted, or before a rebuild)."""
+
+    @abc.abstractmethod
+    def markers(self, mailbox_id: bytes) -> dict[int, bool]:
+        """UID -> True (indexed) or False (recorded as not indexable), for every marked UID."""
+
+    def unindexed(self, mailbox_id: bytes, uids: Iterable[int]) -> set[int]:
+        """The UIDs of ``uids`` not marked as indexed (True): SEARCH scans them."""
+        markers = self.markers(mailbox_id)
+        return {uid for uid in uids if not markers.get(uid)}
+
+    @abc.abstractmethod
+    def match(self, mailbox_id: bytes, doc: str, needle: str) -> set[int]:
+        """UIDs whose document ``doc`` may contain ``needle`` (at least 3 code points; a
+        shorter one raises ValueError: trigrams cannot narrow it)."""
+
+
 class Backend(abc.ABC):
     """A store of tables, chosen by name from the configuration (see :func:`open_backend`)."""
 
@@ -257,6 +317,13 @@ class Backend(abc.ABC):
 
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release connections and files.  The backend must not be used afterwards."""
+
+    def text_index(self) -> TextIndex:
+        """The text index.  By default trigram posting rows in ``JAMES_TEXT_INDEX`` through
+        the table operations above (:mod:`.postings`); a backend with a better engine of its
+        own overrides this (the embedded store: SQLite FTS5)."""
+        from .postings import PostingIndex
+        return PostingIndex(self.table("JAMES_TEXT_INDEX"))
 
 
 def delete_rows(table: Table, *, start: bytes | None = None, stop: bytes | None = None,

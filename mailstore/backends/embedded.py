@@ -625,6 +625,14 @@ class EmbeddedBackend(Backend):
                             for fam, opts in families.items()])
             return True
 
+    def text_index(self):
+        """SQLite FTS5 with the trigram tokenizer (:mod:`.embedded_fts`), not posting rows."""
+        from .embedded_fts import Fts5TextIndex
+        index = getattr(self, "_text_index", None)
+        if index is None:
+            index = self._text_index = Fts5TextIndex(self)
+        return index
+
     def tables(self) -> list[str]:
         cur = self._read("SELECT DISTINCT tbl FROM _families ORDER BY tbl", [])
         return [r[0] for r in cur]
