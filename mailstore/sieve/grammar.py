@@ -392,6 +392,7 @@ def parse(text: str) -> Script:
         if match:
             raise SieveSyntaxError(int(match.group(1)), match.group(2))
         raise SieveSyntaxError(0, parser.error)
+    _check_terminated(parser, text)
     commands = [_convert(c) for c in parser.result]
     required: set[str] = set()
     for node in commands:
@@ -399,3 +400,19 @@ def parse(text: str) -> Script:
             value = node.args[0]
             required.update([value] if isinstance(value, str) else value)
     return Script(commands, required)
+
+
+def _check_terminated(parser: Parser, text: str | bytes) -> None:
+    """RFC 5228 8.1: ``command = identifier arguments (";" / block)``.  sievelib accepts a
+    last command cut off by the end of the script (``keep;\n discard``); Pigeonhole refuses
+    it, on the line where the script ends, and so do we.  The last token that is not a
+    comment must be ``;`` or ``}`` (or there is none: an empty script)."""
+    data = text.encode("utf-8") if isinstance(text, str) else text
+    last = None
+    for ttype, _value in parser.lexer.scan(data):
+        if ttype not in ("hash_comment", "bracket_comment"):
+            last = ttype
+    if last not in (None, "semicolon", "right_cbracket"):
+        raise SieveSyntaxError(data.count(b"\n") + 1,
+                               "expected ';' or a block at the end of the last command, "
+                               "found the end of the script (RFC 5228 8.1)")
