@@ -404,6 +404,14 @@ class _Interpreter:
             return False
         seconds = min(node.tags.get(":seconds", self.limits.duplicate_default_seconds),
                       self.limits.duplicate_max_seconds)
+        if self.env.duplicate_claim is not None:
+            # Atomic: of two deliveries racing with the same id one takes it, the other
+            # sees a duplicate (the claim is the record; with :last a seen id is refreshed
+            # once delivered).
+            seen = not self.env.duplicate_claim(key, seconds)
+            if seen and ":last" in node.tags:
+                self.result.duplicate_marks.append((key, seconds))
+            return seen
         seen = self.env.duplicate_seen(key)
         # RFC 7352 3: the id is recorded (or, with :last, refreshed) once delivered; without
         # :last an existing record keeps its expiry.
