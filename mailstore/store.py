@@ -41,7 +41,7 @@ from .messages import (
     flag_target,
     known_size,
 )
-from .metadata import DEFAULT_POLICY, Annotations, Metadata, Policy, digests
+from .metadata import DEFAULT_POLICY, SIEVE_LOG, Annotations, Metadata, Policy, digests
 from .modseqs import SinceModseq, since_modseq
 from .outbox import Outbox
 from .records import COMMITTED, DELETING, MOVING, Flags, MessageRecord, state_of
@@ -128,6 +128,7 @@ class MailStore:
                                            user_exists=self.users.get)
         self.metadata = Metadata(backend)
         self.annotations = Annotations(self.metadata, self.mailboxes)
+        self.annotations.computed[SIEVE_LOG] = lambda user: self.sieve_errors.text(user)
         self._chunk_size = chunk_size
 
     @functools.cached_property
@@ -135,6 +136,12 @@ class MailStore:
         """Vacation replies sent and duplicate ids seen by Sieve (mailstore/sieve/tracking.py)."""
         from .sieve.tracking import SieveTracking  # sieve imports sievelib: only when used
         return SieveTracking(self.backend, self.clock)
+
+    @functools.cached_property
+    def sieve_errors(self):
+        """Each user's last Sieve runtime errors (mailstore/sieve/errorlog.py)."""
+        from .sieve.errorlog import SieveErrorLog
+        return SieveErrorLog(self.backend, self.clock)
 
     def _bump(self, user: str, column: bytes) -> None:
         """Announce a change of ``user``'s mailbox list, subscriptions or annotations (what

@@ -46,7 +46,9 @@ def make_plans(store: MailStore, recipients: Sequence[tuple[str, str, str]], sou
                received_at: int = 0) -> list[Plan]:
     """One plan per (RCPT address, user, mailbox), in order.  A script that fails, or a
     store read that fails while it runs, leaves that recipient's plan as without Sieve:
-    the message is kept (RFC 5228 2.10.6), and the reason logged for the user.
+    the message is kept (RFC 5228 2.10.6), and the reason logged; a script's own error is
+    also recorded in the user's Sieve error log (mailstore/sieve/errorlog.py), which they
+    read with GETMETADATA and the administrator with ``mailadmin sieve log``.
     ``received_at``: where the message as received starts, after this delivery's trace
     fields."""
     plans = []
@@ -70,6 +72,12 @@ def make_plans(store: MailStore, recipients: Sequence[tuple[str, str, str]], sou
             p.error = str(exc)
         if p.error is not None:
             log.warn("sieve_error", user=user, script=p.script or "", error=p.error)
+            if p.script is not None:
+                try:
+                    store.sieve_errors.add(user, p.error_script, p.error_line,
+                                           p.error_message)
+                except MailStoreError as exc:  # the log is for the user: never fatal
+                    log.warn("sieve_error_log_failed", user=user, error=str(exc))
         for note in p.notes:
             log.info("sieve_note", user=user, script=p.script or "", note=note)
         plans.append(p)

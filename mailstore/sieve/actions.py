@@ -141,6 +141,12 @@ class Result:
     message: bytes | None = None
     duplicate_marks: list[tuple[str, int]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    error_line: int = 0
+    """The line of the command or test that failed (0: unknown)."""
+    error_script: str = ""
+    """The included script it failed in ("" for the script that ran)."""
+    error_message: str = ""
+    """``error`` without its line prefix."""
 
     @property
     def stores(self) -> list[Store]:

@@ -72,6 +72,11 @@ class Plan:
     script: str | None = None
     error: str | None = None
     notes: list[str] = field(default_factory=list)
+    error_line: int = 0
+    """Where ``error`` happened (0: unknown) ..."""
+    error_script: str = ""
+    """... in which script (the active one, or the included one that failed)."""
+    error_message: str = ""
     claims: list[tuple[bytes, str, bytes]] = field(default_factory=list)
     """Tracking claims taken (kind, key, claim): given back by :func:`abandon`."""
     queued: list[str] = field(default_factory=list)
@@ -133,6 +138,9 @@ def plan(store, address: str, user: str, mailbox: str, source: bytes, mail_from:
                claims=claims)
     if result.error is not None:  # its actions are dropped: so are the ids it took
         _give_back(store, user, claims, out.notes)
+        out.error_line = result.error_line
+        out.error_script = result.error_script or name
+        out.error_message = result.error_message or result.error
     content = result.message
     for action in result.actions:
         if isinstance(action, Store):
