@@ -15,7 +15,12 @@ What is checked (docs/decisions/0004-counters-and-fsck.md):
 * import records (``JAMES_IMPORTS``), change-log entries and checkpoints (``JAMES_CHANGES``) and
   annotations (``JAMES_METADATA``) of mailboxes that no longer exist;
 * the ACL grant index (``JAMES_ACL_INDEX``) against the mailboxes' ACL cells, both ways
-  (docs/decisions/0018-acl.md).
+  (docs/decisions/0018-acl.md);
+* Sieve scripts (``JAMES_SIEVE_SCRIPTS``, decision 0023): each directory names text cells
+  that exist and an active script that exists, text cells no directory names, rows of
+  users that are gone; Sieve tracking (``JAMES_SIEVE_TRACKING``, decision 0025): rows of
+  users that are gone, and rows past their expiry, which are no problem (they count as
+  absent) but are removed by ``--repair``, as the server's sweep does.
 
 Counters are repaired by incrementing them by the difference, never by overwriting them, so a
 repair racing with live traffic cannot erase a concurrent change.  The content reference check
@@ -31,6 +36,7 @@ from . import keys
 from .acl import SHARED_OWNER
 from .backends.base import Mutation, decode_counter, prefix_stop
 from .content import INFO, REFS, STARTED, SWEEP_BATCH
+from .errors import InvalidName, NotFound
 from .imports import UID_CELL
 from .mailboxes import (
     COUNT,
@@ -99,6 +105,7 @@ class Fsck:
             self.check_change_records()
             self.check_metadata_records()
             self.check_acl_index()
+            self.check_sieve()
         return self.report
 
     # -- users and mailboxes -------------------------------------------------------------------
@@ -358,6 +365,37 @@ class Fsck:
                                     self.repair)
 
     # -- import records -------------------------------------------------------------------------
+
+    def check_sieve(self) -> None:
+        """Sieve scripts' rows (directory vs text cells, owners) and tracking rows."""
+        store = self.store
+
+        def exists(user: str) -> bool:
+            try:
+                store.users.get(user)
+                return True
+            except (NotFound, InvalidName):  # a backend failure propagates: no repair
+                return False
+
+        for user, what, repaired in store.sieve_scripts.check_rows(exists, self.repair):
+            self.report.add("sieve", user, what, repaired)
+        self.report.checked["sieve_scripts"] += 1
+        tracking = store.sieve_tracking
+        gone: dict[str, int] = {}
+        users_seen: dict[str, bool] = {}
+        for key, _row in tracking.table.scan(start=b"", columns=[b"t:x"]):
+            user = key.split(b"\0", 1)[0].decode("utf-8", "replace")
+            if user not in users_seen:
+                users_seen[user] = exists(user)
+            if not users_seen[user]:
+                gone[user] = gone.get(user, 0) + 1
+        for user, count in gone.items():
+            if self.repair:
+                tracking.delete_all(user)
+            self.report.add("sieve_tracking", user,
+                            f"{count} tracking row(s) of a user that does not exist",
+                            self.repair)
+        self.report.checked["sieve_tracking_expired"] += tracking.sweep_all(self.repair)
 
     def check_import_records(self) -> None:
         """Import records whose mailbox is gone (deleted, or a deletion finished by fsck)."""

@@ -86,7 +86,7 @@ class SieveTracking:
     def sweep_all(self, repair: bool = False) -> int:
         """Expired rows of every user (fsck): how many; removed when ``repair``."""
         now = self.clock()
-        gone = [key for key, row in self.table.scan(columns=[EXPIRY])
+        gone = [key for key, row in self.table.scan(start=b"", columns=[EXPIRY])
                 if decode_counter(row.get(EXPIRY)) <= now]
         if repair:
             for key in gone:
