@@ -148,6 +148,9 @@ SCHEMA: dict[str, dict[str, Key]] = {
         "max_total_size": Key(_int_range(1, 1024 * 1024 * 1024), 1024 * 1024),
         "max_line_length": Key(_int_range(512, 1024 * 1024), 8192),
         "idle_timeout": Key(int, 1800),
+        # Sessions one user may have logged in at once, per process (0: no limit); the next
+        # login is refused NO (TRYLATER) (RFC 5804 1.3), as [imap] max_connections_per_user.
+        "max_connections_per_user": Key(_int_range(0, 100000), 10),
     },
     "sieve": {
         "enabled": Key(_bool, True),

@@ -20,6 +20,11 @@ What is checked (docs/decisions/0004-counters-and-fsck.md):
   or whose indexing failed or died with its process: SEARCH scans them) are counted and
   indexed by ``--repair``; markers of messages no longer there are counted and removed.  Not
   problems: derived data a crash may leave behind, never needed for a right answer.
+* Sieve scripts (``JAMES_SIEVE_SCRIPTS``, decision 0023): each directory names text cells
+  that exist and an active script that exists, text cells no directory names, rows of
+  users that are gone; Sieve tracking (``JAMES_SIEVE_TRACKING``, decision 0025): rows of
+  users that are gone, and rows past their expiry, which are no problem (they count as
+  absent) but are removed by ``--repair``, as the server's sweep does.
 
 Counters are repaired by incrementing them by the difference, never by overwriting them, so a
 repair racing with live traffic cannot erase a concurrent change.  The content reference check
@@ -35,6 +40,7 @@ from . import keys
 from .acl import SHARED_OWNER
 from .backends.base import Mutation, decode_counter, prefix_stop
 from .content import INFO, REFS, STARTED, SWEEP_BATCH
+from .errors import InvalidName, NotFound
 from .imports import UID_CELL
 from .mailboxes import (
     COUNT,
@@ -103,6 +109,7 @@ class Fsck:
             self.check_change_records()
             self.check_metadata_records()
             self.check_acl_index()
+            self.check_sieve()
         return self.report
 
     # -- users and mailboxes -------------------------------------------------------------------
@@ -388,6 +395,37 @@ class Fsck:
                                     self.repair)
 
     # -- import records -------------------------------------------------------------------------
+
+    def check_sieve(self) -> None:
+        """Sieve scripts' rows (directory vs text cells, owners) and tracking rows."""
+        store = self.store
+
+        def exists(user: str) -> bool:
+            try:
+                store.users.get(user)
+                return True
+            except (NotFound, InvalidName):  # a backend failure propagates: no repair
+                return False
+
+        for user, what, repaired in store.sieve_scripts.check_rows(exists, self.repair):
+            self.report.add("sieve", user, what, repaired)
+        self.report.checked["sieve_scripts"] += 1
+        tracking = store.sieve_tracking
+        gone: dict[str, int] = {}
+        users_seen: dict[str, bool] = {}
+        for key, _row in tracking.table.scan(start=b"", columns=[b"t:x"]):
+            user = key.split(b"\0", 1)[0].decode("utf-8", "replace")
+            if user not in users_seen:
+                users_seen[user] = exists(user)
+            if not users_seen[user]:
+                gone[user] = gone.get(user, 0) + 1
+        for user, count in gone.items():
+            if self.repair:
+                tracking.delete_all(user)
+            self.report.add("sieve_tracking", user,
+                            f"{count} tracking row(s) of a user that does not exist",
+                            self.repair)
+        self.report.checked["sieve_tracking_expired"] += tracking.sweep_all(self.repair)
 
     def check_import_records(self) -> None:
         """Import records whose mailbox is gone (deleted, or a deletion finished by fsck)."""

@@ -27,7 +27,7 @@ configuration (:class:`Policy`), read-only.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from . import keys
@@ -38,6 +38,8 @@ from .schema import METADATA
 PRIVATE, SHARED = "/private", "/shared"
 SPECIALUSE = "/private/specialuse"
 ADMIN = "/shared/admin"
+SIEVE_LOG = "/private/vendor/hbase-imap/sieve/log"
+"""The user's last Sieve runtime errors, read-only (mailstore/sieve/errorlog.py)."""
 SEQ = b"c:seq"
 ENTRY_FAMILY = b"e:"
 
@@ -292,6 +294,9 @@ class Annotations:
     def __init__(self, metadata: Metadata, mailboxes):
         self.metadata = metadata
         self.mailboxes = mailboxes
+        self.computed: dict[str, Callable[[str], bytes | None]] = {}
+        """Private server entries the server writes and users only read: entry name ->
+        ``value(user)`` (None: absent).  The Sieve error log is one (decision 0025)."""
 
     def get(self, user: str, mailbox_name: str | None, names: Sequence[str],
             depth: int | None, policy: Policy) -> tuple[str | None, list]:
@@ -312,6 +317,11 @@ class Annotations:
             stored = self.metadata.read(None, user)
             if policy.admin:
                 stored[ADMIN] = policy.admin.encode()
+            for name, value_of in self.computed.items():
+                if any(under(name, n, depth) for n in names):
+                    value = value_of(user)
+                    if value is not None:
+                        stored[name] = value
             return select(stored, names, depth)
         stored = self.metadata.read(mailbox.id, user)
         if mailbox.special_use and mailbox.owner == user:
@@ -340,6 +350,8 @@ class Annotations:
             if name in (PRIVATE, SHARED):
                 raise InvalidEntry(f"{name} itself holds no value")
             parts = name.split("/")  # "", scope, "vendor", vendor-token, entry...
+            if mailbox is None and name in self.computed:
+                raise ReadOnlyEntry(f"{name} is written by the server")
             if len(parts) > 2 and parts[2] == "vendor" and len(parts) < 5:
                 # RFC 5464 3.2.1, 6: /shared/vendor/<vendor-token> is the top of one
                 # vendor's entries (as mox requires, a name below it is needed).

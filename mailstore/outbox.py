@@ -93,6 +93,10 @@ class Entry:
     lease_owner: str | None = None
     lease_until: float = 0.0
     done: bool = False
+    held: bool = False
+    """Queued by a delivery not yet answered (``enqueue(hold=True)``): nobody sends it
+    until :meth:`Outbox.release`; :meth:`Outbox.delete` drops it if the delivery is
+    withdrawn."""
     raw: bytes = b""
 
     def claimed(self, now: float) -> bool:
@@ -105,16 +109,18 @@ class Entry:
                 "pending": self.pending, "sent": self.sent, "failed": self.failed,
                 "attempts": self.attempts, "next_attempt": self.next_attempt,
                 "last_error": self.last_error, "claimed_by": self.lease_owner,
-                "claimed_until": self.lease_until}
+                "claimed_until": self.lease_until, "held": self.held}
 
 
 def _state(entry: Entry) -> bytes:
-    return orjson.dumps({"p": entry.pending, "ok": entry.sent, "bad": entry.failed,
-                         "n": entry.attempts, "next": entry.next_attempt,
-                         "err": entry.last_error,
-                         "lease": ([entry.lease_owner, entry.lease_until]
-                                   if entry.lease_owner is not None else None),
-                         "done": entry.done})
+    state = {"p": entry.pending, "ok": entry.sent, "bad": entry.failed,
+             "n": entry.attempts, "next": entry.next_attempt, "err": entry.last_error,
+             "lease": ([entry.lease_owner, entry.lease_until]
+                       if entry.lease_owner is not None else None),
+             "done": entry.done}
+    if entry.held:
+        state["hold"] = True
+    return orjson.dumps(state)
 
 
 def _entry(key: bytes, row: Mapping[bytes, bytes]) -> Entry | None:
@@ -127,7 +133,7 @@ def _entry(key: bytes, row: Mapping[bytes, bytes]) -> Entry | None:
                  pending=st["p"], sent=st["ok"], failed=st["bad"], attempts=st["n"],
                  next_attempt=st["next"], last_error=st["err"],
                  lease_owner=lease[0] if lease else None, lease_until=lease[1] if lease else 0.0,
-                 done=st["done"], raw=row[STATE])
+                 done=st["done"], held=bool(st.get("hold")), raw=row[STATE])
 
 
 def check_address(address: str, *, empty_ok: bool = False) -> str:
@@ -186,21 +192,47 @@ class Outbox:
             self._listeners.append(callback)
 
     def enqueue(self, mail_from: str, rcpt_tos: Sequence[str], message: bytes,
-                reason: str) -> str:
+                reason: str, *, hold: bool = False) -> str:
         """Queue ``message`` for ``rcpt_tos`` with envelope sender ``mail_from`` ('' for the
         null sender of bounces and auto-replies, RFC 5321 4.5.5); return its queue id (32 hex
         digits).  Durable when it returns.  ``reason`` says why (``redirect``, ``vacation``,
         ``reject``, ``bounce``, ...), for operators.
 
+        ``hold``: queue it held -- durable, but not sent until :meth:`release` -- for a
+        delivery that may still be withdrawn (SMTP's all-or-nothing reply, a later enqueue
+        of the same recipient failing): it then deletes the entry (:meth:`delete`), and the
+        sender's retry queues it again, once.  A held entry whose delivery never came back
+        (a crash before the answer; the client retries) is dropped by :meth:`sweep` after
+        ``UNFINISHED_AGE``.
+
         Raises InvalidAddress for an address with CR, LF, NUL or angle brackets, or no
         recipient; TooLarge above the store's message size limit; BackendUnavailable."""
-        qid = self._write(keys.new_ordered_id(), mail_from, rcpt_tos, message, reason)
+        qid = self._write(keys.new_ordered_id(), mail_from, rcpt_tos, message, reason,
+                          held=hold)
         self._sync()
-        self._notify(qid)
+        if not hold:
+            self._notify(qid)
         return qid
 
+    def release(self, qid: str) -> bool:
+        """Let a held entry go (its delivery was answered 2xx): due now, the sender woken.
+        False if there is no such entry."""
+        for _ in range(10):
+            entry = self.get(qid)
+            if entry is None:
+                return False
+            if not entry.held:
+                return True
+            entry.held = False
+            entry.next_attempt = self.clock()
+            if self._swap(entry) is not None:
+                self._sync()
+                self._notify(qid)
+                return True
+        return False
+
     def _write(self, row: bytes, mail_from: str, rcpt_tos: Sequence[str], message: bytes,
-               reason: str) -> str:
+               reason: str, held: bool = False) -> str:
         check_address(mail_from, empty_ok=True)
         rcpts = list(dict.fromkeys(check_address(r) for r in rcpt_tos))
         if not rcpts:
@@ -221,7 +253,7 @@ class Outbox:
             self.table.put(row, cells)
         entry = Entry(id=row.hex(), mail_from=mail_from, rcpt_tos=rcpts, reason=str(reason),
                       created=now, size=len(data), chunks=len(pieces), pending=list(rcpts),
-                      next_attempt=now)
+                      next_attempt=now, held=held)
         final = {ENVELOPE: orjson.dumps({"from": mail_from, "to": rcpts, "reason": entry.reason,
                                          "created": now, "size": entry.size,
                                          "chunks": entry.chunks}),
@@ -267,7 +299,8 @@ class Outbox:
     def due(self, now: float | None = None, limit: int = 100) -> list[Entry]:
         """Entries whose next attempt is due and that nobody holds, oldest first."""
         now = self.clock() if now is None else now
-        return [e for e in self.entries() if e.next_attempt <= now and not e.claimed(now)][:limit]
+        return [e for e in self.entries()
+                if e.next_attempt <= now and not e.held and not e.claimed(now)][:limit]
 
     def message(self, entry: Entry) -> bytes:
         """The queued message's bytes, exactly as enqueued."""
@@ -289,7 +322,7 @@ class Outbox:
         claimants of one entry exactly one gets it."""
         current = self.get(qid)
         now = self.clock()
-        if current is None or current.done or current.claimed(now):
+        if current is None or current.done or current.held or current.claimed(now):
             return None
         if current.next_attempt > now and not force:
             return None
@@ -416,7 +449,8 @@ class Outbox:
 
     def sweep(self) -> int:
         """Finish what a crash left: entries marked done but not removed (their bounce queued
-        if it was not), and enqueues cut off before their state was written.  Returns the
+        if it was not), enqueues cut off before their state was written, and held entries
+        whose delivery never released them.  Returns the
         number of rows removed."""
         start, stop = keys.outbox_range()
         now = self.clock()
@@ -426,6 +460,8 @@ class Outbox:
             entry = _entry(key, row)
             if entry is not None and entry.done:
                 self._bounce(entry)
+            elif entry is not None and entry.held and now - entry.created >= UNFINISHED_AGE:
+                pass  # its delivery was never answered 2xx: the client sends it again
             elif entry is not None or now - decode_counter(row.get(STARTED)) < UNFINISHED_AGE:
                 continue
             self.table.delete(key)

@@ -268,16 +268,21 @@ SIEVE_TRACKING = TableDef(
     name="JAMES_SIEVE_TRACKING",
     purpose="What Sieve at delivery remembers between messages: vacation responses sent "
             "(RFC 5230 4.2, one per sender and :handle per period) and duplicate ids seen "
-            "(RFC 7352), each with its expiry (docs/decisions/0025-sieve-execution.md).",
+            "(RFC 7352), each with its expiry, taken as check-and-put claims; and each user's "
+            "last runtime errors (RFC 5228 2.10.6) "
+            "(docs/decisions/0025-sieve-execution.md).",
     row_key="user name UTF-8 (lower case), 0x00, kind (v: vacation, d: duplicate), 0x00, "
             "16 bytes of SHA-256 of the tracked key (user, sender and handle; or handle "
-            "and id)",
+            "and id); kind e (runtime error): 8-byte microseconds, 2-byte counter, 2 random "
+            "bytes",
     families={
         "t": "t:x = expiry, 8-byte big-endian seconds since the epoch; a row past it counts "
-             "as absent and is overwritten by the next record or removed by a sweep",
+             "as absent and is overwritten by the next claim or removed by a sweep; error "
+             "rows also t:w (ms), t:s (script), t:l (line), t:m (message)",
     },
-    access="delivery: one get per vacation or duplicate test; one put per record, after the "
-           "message is stored; a prefix scan per user to sweep expired rows",
+    access="delivery: one get per vacation or duplicate test; one get and check-and-put "
+           "per claim; a put and a prefix scan per runtime error (the last 20 kept); a "
+           "prefix scan per user to sweep expired rows, a full scan by fsck",
 )
 
 METADATA = TableDef(

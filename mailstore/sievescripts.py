@@ -324,3 +324,57 @@ class SieveScripts:
                  and _cell_age(col[2:].decode(), now) > _LEFTOVER_AGE]
         if stale:
             self.table.delete(keys.user_key(user), stale)
+
+    # -- fsck ----------------------------------------------------------------------------------
+
+    def check_rows(self, user_exists: Callable[[str], bool], repair: bool = False
+                   ) -> list[tuple[str, str, bool]]:
+        """fsck (mailstore/fsck.py): every row's directory against its text cells and its
+        owner.  Returns ``(user, what is wrong, repaired)``.  Found: a script whose text cell
+        is missing (dropped from the directory: it could never be read, and an active one
+        would make delivery run nothing), an active name that is no script (deactivated),
+        text cells no directory names past ``_LEFTOVER_AGE`` (deleted), a row whose user no
+        longer exists (deleted).  Repairs go through the directory's check-and-put, as every
+        change does, so a concurrent upload is never undone."""
+        found: list[tuple[str, str, bool]] = []
+        now = self.clock()
+        for key, row in self.table.scan(start=b""):  # every row: a full-table check
+            user = key.decode("utf-8", "replace")
+            if not user_exists(user):
+                if repair:
+                    self.table.delete(key)
+                found.append((user, "scripts of a user that does not exist", repair))
+                continue
+            directory = _Directory(row.get(DIRECTORY))
+            cells = {col[2:].decode() for col in row if col.startswith(SCRIPT_FAMILY + b":")}
+            missing = sorted(n for n, e in directory.scripts.items() if e.cell not in cells)
+            dangling = directory.active is not None and directory.active not in \
+                directory.scripts
+            named = {e.cell for e in directory.scripts.values()}
+            orphans = sorted(c for c in cells - named if _cell_age(c, now) > _LEFTOVER_AGE)
+            for name in missing:
+                found.append((user, f"script {name!r} has no text cell", repair))
+            if dangling:
+                found.append((user, f"active script {directory.active!r} does not exist",
+                              repair))
+            if orphans:
+                found.append((user, f"{len(orphans)} script text cell(s) no directory names",
+                              repair))
+            if not repair:
+                continue
+            if missing or dangling:
+                def change(d: _Directory, key=key) -> list[str]:
+                    # The cells as they are now, read after the directory: a script put
+                    # meanwhile has its text written before its directory names it.
+                    now_cells = {c[2:].decode() for c in self.table.row(key)
+                                 if c.startswith(SCRIPT_FAMILY + b":")}
+                    for name in list(d.scripts):
+                        if d.scripts[name].cell not in now_cells:
+                            del d.scripts[name]
+                    if d.active is not None and d.active not in d.scripts:
+                        d.active = None
+                    return []
+                self._change(user, change)
+            if orphans:
+                self.table.delete(key, [SCRIPT_FAMILY + b":" + c.encode() for c in orphans])
+        return found

@@ -46,6 +46,7 @@ from .messages import (
 from .metadata import (
     DEFAULT_POLICY,
     METADATA_RIGHTS,
+    SIEVE_LOG,
     SPECIALUSE,
     Annotations,
     Metadata,
@@ -138,6 +139,7 @@ class MailStore:
                                            user_exists=self.users.get)
         self.metadata = Metadata(backend)
         self.annotations = Annotations(self.metadata, self.mailboxes)
+        self.annotations.computed[SIEVE_LOG] = lambda user: self.sieve_errors.text(user)
         self._chunk_size = chunk_size
         # The text index (mailstore/textindex.py, docs/decisions/0026): derived data, kept at
         # every append, copy, move, expunge and mailbox deletion, never needed for a right
@@ -151,6 +153,12 @@ class MailStore:
         """Vacation replies sent and duplicate ids seen by Sieve (mailstore/sieve/tracking.py)."""
         from .sieve.tracking import SieveTracking  # sieve imports sievelib: only when used
         return SieveTracking(self.backend, self.clock)
+
+    @functools.cached_property
+    def sieve_errors(self):
+        """Each user's last Sieve runtime errors (mailstore/sieve/errorlog.py)."""
+        from .sieve.errorlog import SieveErrorLog
+        return SieveErrorLog(self.backend, self.clock)
 
     def _bump(self, user: str, column: bytes) -> None:
         """Announce a change of ``user``'s mailbox list, subscriptions or annotations (what

@@ -40,6 +40,11 @@ DELIBERATE = {
                             "Dovecot's managesieve-login drops the line and reads the "
                             "literal's octets as the next command, which then counts as "
                             "invalid too.",
+    "extra-warnings": "WARNINGS (RFC 5804 1.3) where Pigeonhole 0.5.19 gives none: fileinto "
+                      "a mailbox that does not exist without :create, an extension "
+                      "required but not used, vacation :days over the maximum.  Where "
+                      "Pigeonhole warns (:days under the minimum, a hash comment ending "
+                      "the script) both answer OK (WARNINGS).",
     "sasl-login": "We also offer SASL LOGIN (for old clients, as the IMAP side does); "
                   "Dovecot's test configuration offers PLAIN only.",
 }

@@ -5,6 +5,7 @@ that died half-way, import records of a deleted mailbox."""
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 
@@ -172,4 +173,52 @@ def test_mail_appended_into_a_mailbox_deleted_meanwhile_is_found_and_removed(dat
     assert store.mailboxes.rows.row(gone.id) == {}
     assert list(store.messages.table.scan(prefix=gone.id)) == []
     assert store.stats()["contents"] == 0
+    store.close()
+
+
+def test_sieve_rows_checked_and_repaired(data_dir):
+    """Sieve scripts (decision 0023): a directory naming a text cell that is gone (an active
+    script delivery could never read, RFC 5228 2.10.6), an old text cell no directory names,
+    scripts and tracking rows of a user deleted behind the store's back are found, and
+    repaired through the directory's check-and-put; expired tracking rows (RFC 5230 4.2
+    periods over) are no problem but --repair sweeps them."""
+    from mailstore import keys
+    from mailstore.sieve import tracking
+    from mailstore.sievescripts import DIRECTORY, SCRIPT_FAMILY
+
+    store = open_store(data_dir)
+    for user in ("cat", "dan"):
+        store.create_user(user, "pw")
+    store.sieve_scripts.put("cat", "main", "keep;\n")
+    store.sieve_scripts.put("cat", "spare", "discard;\n")
+    store.sieve_scripts.activate("cat", "main")
+    table = store.sieve_scripts.table
+    row = keys.user_key("cat")
+    cells = table.row(row)
+    main_cell = [c for c in cells if c.startswith(SCRIPT_FAMILY + b":")
+                 and cells[c] == b"keep;\n"][0]
+    table.delete(row, [main_cell])                          # the active script's text gone
+    table.put(row, {SCRIPT_FAMILY + b":000000000001" + b"0" * 16: b"stray"})  # 1970: old
+    store.sieve_scripts.put("dan", "x", "keep;\n")
+    store.sieve_tracking.claim("dan", tracking.VACATION, "k", 86400)
+    store.sieve_tracking.claim("cat", tracking.VACATION, "old", 1)
+    store.users.table.delete(keys.user_key("dan"))          # dan gone, his rows left
+    store.close()
+    status, report = fsck(data_dir)
+    assert status == 1
+    found = sorted((p["kind"], p["where"], p["detail"]) for p in report["problems"])
+    assert found == [
+        ("sieve", "cat", "1 script text cell(s) no directory names"),
+        ("sieve", "cat", "script 'main' has no text cell"),
+        ("sieve", "dan", "scripts of a user that does not exist"),
+        ("sieve_tracking", "dan", "1 tracking row(s) of a user that does not exist")]
+    time.sleep(1.1)  # cat's one-second claim expires
+    status, report = fsck(data_dir, "--repair")
+    assert all(p["repaired"] for p in report["problems"])
+    assert fsck(data_dir)[0] == 0
+    store = open_store(data_dir)
+    assert store.sieve_scripts.list("cat") == [("spare", False)]
+    assert store.sieve_scripts.active("cat") is None
+    assert [c for c in store.sieve_scripts.table.row(row) if c != DIRECTORY] != []
+    assert list(store.sieve_tracking.table.scan(start=b"")) == []
     store.close()

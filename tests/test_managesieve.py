@@ -18,9 +18,9 @@ from tests.imapproc import ServerProcess, make_users
 from tests.sieveclient import SieveClient, capabilities
 from tests.tlscert import make_cert
 
-KEEP = b'require "fileinto";\r\nif header :contains "subject" "x" {\r\n  fileinto "X";\r\n}\r\n'
+KEEP = b'require "fileinto";\r\nif header :contains "subject" "x" {\r\n  fileinto "INBOX";\r\n}\r\n'
 LIMITS = ("[managesieve]\nmax_scripts = 3\nmax_script_size = 200\nmax_total_size = 500\n"
-          "max_line_length = 1024\n")
+          "max_line_length = 1024\nmax_connections_per_user = 3\n")
 
 
 @pytest.fixture
@@ -318,3 +318,47 @@ def test_sigterm_says_bye_and_the_server_exits_0(server):
     assert c.response() == [b'BYE "Server shutting down"']
     assert c.closed_by_peer()
     assert server.stop() == 0
+
+
+def test_warnings_for_a_valid_but_suspicious_script(server):
+    """RFC 5804 1.3 WARNINGS (2.6, 2.12): a valid script that probably does not do what its
+    writer meant is stored (PUTSCRIPT) or accepted (CHECKSCRIPT) with ``OK (WARNINGS)`` and
+    the warnings with their lines: vacation :days under [sieve] vacation_min_days (RFC 5230
+    4.1, the minimum is used; Pigeonhole warns the same), fileinto a mailbox that does not
+    exist without :create (RFC 5490 3.2), an extension required but not used (RFC 5228
+    3.2), a hash comment ending the script (Pigeonhole's warning)."""
+    c = connect(server)
+    c.login("alice", "alice-pw")
+    script = (b'require ["vacation", "fileinto", "envelope"];\r\n'
+              b'vacation :days 0 "away";\r\nfileinto "Nope";\r\n# end')
+    answer = c.cmd(b'PUTSCRIPT "w" ' + literal(script))
+    assert len(answer) == 1 and answer[0].startswith(b'OK (WARNINGS) "'), answer
+    text = answer[0][len(b'OK (WARNINGS) "'):-1].decode().replace("\\'", "'")
+    assert text.split("; ") == [
+        "line 1: warning: extension 'envelope' is required but not used",
+        "line 2: warning: specified :days value '0' is under the minimum (1 is used).",
+        "line 3: warning: mailbox 'Nope' does not exist: fileinto keeps the message in "
+        "INBOX instead (add :create to make it, RFC 5490 3.2)",
+        "line 4: warning: no newline (CRLF) at end of hash comment at end of file."]
+    assert stored(server, "alice") == [("w", False)]
+    assert c.cmd(b"CHECKSCRIPT " + literal(script))[0].startswith(b"OK (WARNINGS)")
+    clean = b'require "fileinto";\r\nfileinto "INBOX";\r\n'
+    assert c.cmd(b"CHECKSCRIPT " + literal(clean)) == [b'OK "Script is valid"']
+    assert c.cmd(b'PUTSCRIPT "c" ' + literal(clean)) == [b'OK "Putscript completed"']
+
+
+def test_logins_per_user_are_limited(server):
+    """[managesieve] max_connections_per_user (3 here): one more session of the same user
+    is refused NO (TRYLATER) (RFC 5804 1.3: try again later) and stays unauthenticated;
+    another user is not affected; when one session ends, the user may log in again."""
+    sessions = [connect(server) for _ in range(3)]
+    for c in sessions:
+        assert c.login("alice", "alice-pw") == [b'OK "Logged in"']
+    extra = connect(server)
+    answer = extra.login("alice", "alice-pw")
+    assert answer[0].startswith(b'NO (TRYLATER) "Too many'), answer
+    assert extra.cmd("LISTSCRIPTS") == [b'NO "Authenticate first"']
+    assert connect(server).login("bob", "bob-pw") == [b'OK "Logged in"']
+    assert sessions[0].cmd("LOGOUT") == [b'OK "Logout completed"']
+    assert sessions[0].closed_by_peer()
+    assert extra.login("alice", "alice-pw") == [b'OK "Logged in"']

@@ -143,3 +143,29 @@ def test_sievelib_client(server, monkeypatch):
         client.logout()
         client.sock.close()
         client.sock = None
+
+
+def test_clients_take_warnings_as_success(server, tmp_path, monkeypatch):
+    """RFC 5804 1.3: OK (WARNINGS) with the warnings as a literal is a success: sieve-connect
+    uploads (exit 0) and sievelib's putscript/checkscript return True; the script is
+    stored."""
+    script = 'require ["vacation", "envelope"];\nvacation :days 0 "away";\n'
+    local = tmp_path / "away.sieve"
+    local.write_text(script)
+    out = sieve_connect(server, tmp_path, "--upload", "--localsieve", str(local),
+                        "--remotesieve", "away")
+    assert stored(server)[0] == [("away", False)], out
+    if server.transport == "starttls":
+        monkeypatch.setenv("SSL_CERT_FILE", server.cert)
+    client = Client("127.0.0.1", server.ports["managesieve"], srvhostname="localhost")
+    if server.transport == "plain":
+        with pytest.warns(UserWarning, match="unencrypted"):
+            assert client.connect(USER, PASSWORD, authmech="PLAIN")
+    else:
+        assert client.connect(USER, PASSWORD, starttls=True, authmech="PLAIN")
+    try:
+        assert client.checkscript(script)
+        assert client.putscript("away2", script)
+    finally:
+        client.logout()
+    assert ("away2", False) in stored(server)[0]

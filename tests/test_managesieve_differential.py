@@ -20,7 +20,7 @@ from tests.managesieve_differential import (
 from tests.sieveclient import SieveClient
 
 USER, PASSWORD = "diff", "diff-pw"
-GOOD = b'require ["fileinto"];\r\nif header :is "x-list" "a" {\r\n  fileinto "A";\r\n}\r\n'
+GOOD = b'require ["fileinto"];\r\nif header :is "x-list" "a" {\r\n  fileinto "INBOX";\r\n}\r\n'
 BROKEN = b'require ["fileinto"];\r\nif true {\r\n  fileinto "A";\r\n'
 
 
@@ -125,3 +125,24 @@ def test_unauthenticate_is_a_deliberate_difference(servers):
                     for port in servers)
     assert ours[2][2] == b"OK" and ours[3][2] == b"NO"
     assert theirs[2][2] == b"NO" and theirs[3][2] == b"OK"
+
+
+def test_warnings_where_pigeonhole_warns(servers):
+    """RFC 5804 1.3 WARNINGS: a vacation :days under the minimum (RFC 5230 4.1) and a hash
+    comment ending the script (RFC 5228 2.3) are valid; PUTSCRIPT and CHECKSCRIPT answer
+    OK (WARNINGS) on both, and the script is stored."""
+    script = b'require "vacation";\r\nvacation :days 0 "away";\r\nkeep;\r\n# last line'
+    compare(servers, [plain(USER, PASSWORD), b'PUTSCRIPT "w" ' + lit(script),
+                      b"CHECKSCRIPT " + lit(script), b"LISTSCRIPTS"])
+    ours = converse(servers[0], [plain(USER, PASSWORD), b"CHECKSCRIPT " + lit(script)])
+    assert ours[2][2:] == (b"OK", b"WARNINGS"), ours
+
+
+def test_extra_warnings_are_a_deliberate_difference(servers):
+    """DELIBERATE["extra-warnings"]: a fileinto into a mailbox that does not exist (no
+    :create) is accepted by both, with WARNINGS by us only."""
+    script = b'require "fileinto";\r\nfileinto "Nope";\r\n'
+    ours, theirs = (converse(port, [plain(USER, PASSWORD), b"CHECKSCRIPT " + lit(script)])
+                    for port in servers)
+    assert ours[2][2:] == (b"OK", b"WARNINGS") and theirs[2][2:] == (b"OK", None), \
+        (ours, theirs)

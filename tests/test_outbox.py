@@ -262,3 +262,26 @@ def test_dsn_carries_no_header_injected_by_a_reply_text(backend):
     status = email.message_from_bytes(data).get_payload()[1].get_payload()[1]
     assert status["Diagnostic-Code"] == "smtp; 550 5.7.1 no Bcc: victim@example.com x"
     assert status["Status"] == "5.7.1"
+
+
+def test_held_entry_waits_for_release_and_is_dropped_if_never_released(backend):
+    """An entry queued by a delivery not yet answered (RFC 5321 6.1: responsibility is
+    taken with the 2xx) is durable but nobody sends it: not due, not claimable even by
+    force, until released; deleted when the delivery is withdrawn; dropped by sweep when
+    its delivery never came back (the client, unanswered, sends the message again)."""
+    clock = Clock()
+    store = open_store(backend, clock)
+    woken = []
+    store.outbox.on_enqueue(woken.append)
+    held = store.outbox.enqueue("", ["bob@example.net"], MSG, "vacation", hold=True)
+    assert woken == [] and store.outbox.get(held).held
+    assert store.outbox.due() == []
+    assert store.outbox.claim(held, "w1", force=True) is None
+    assert store.outbox.release(held) and woken == [held]
+    assert [e.id for e in store.outbox.due()] == [held]
+    assert store.outbox.claim(held, "w1") is not None
+    stale = store.outbox.enqueue("", ["carol@example.net"], MSG, "vacation", hold=True)
+    assert store.outbox.sweep() == 0            # young: its delivery may still answer
+    clock.now += 3601
+    assert store.outbox.sweep() == 1
+    assert store.outbox.get(stale) is None and store.outbox.get(held) is not None

@@ -227,3 +227,18 @@ def test_implicit_keep_over_the_action_limit_is_still_a_keep():
     result = run(script, MESSAGE, ENVELOPE, env(limits=Limits(max_actions=2)))
     assert result.error and "actions" in result.error
     assert kinds(result) == ["Store"] and result.stores[0].mailbox == "INBOX"
+
+
+@pytest.mark.parametrize("script, line", [("keep;\n discard", 2),
+                                          ('require "fileinto";\nfileinto "x"\n', 3),
+                                          ("discard # no semicolon here", 1)])
+def test_last_command_without_semicolon_is_refused(script, line):
+    """RFC 5228 8.1: ``command = identifier arguments (";" / block)`` -- the end of the
+    script does not end a command.  validate() refuses it on the line Pigeonhole names (the
+    end of the script), and at delivery the script fails: its ``discard`` is not done, the
+    message is kept (RFC 5228 2.10.6)."""
+    errors = validate(script)
+    assert errors and errors[0].startswith(f"line {line}: "), errors
+    result = run(script, MESSAGE, ENVELOPE, env())
+    assert result.error is not None and kinds(result) == ["Store"]
+    assert validate("keep;\n discard;") == [] and validate("# only a comment") == []

@@ -22,7 +22,16 @@ from collections.abc import Sequence
 
 from mailstore import dsn
 from mailstore.errors import MailStoreError, Rejected
-from mailstore.sieve.executor import Outgoing, Plan, SieveSettings, finish, plain, plan
+from mailstore.sieve.executor import (
+    Outgoing,
+    Plan,
+    SieveSettings,
+    abandon,
+    commit,
+    finish,
+    plain,
+    plan,
+)
 from mailstore.sieve.message import SieveMessage
 from mailstore.store import Delivery, MailStore
 
@@ -37,7 +46,9 @@ def make_plans(store: MailStore, recipients: Sequence[tuple[str, str, str]], sou
                received_at: int = 0) -> list[Plan]:
     """One plan per (RCPT address, user, mailbox), in order.  A script that fails, or a
     store read that fails while it runs, leaves that recipient's plan as without Sieve:
-    the message is kept (RFC 5228 2.10.6), and the reason logged for the user.
+    the message is kept (RFC 5228 2.10.6), and the reason logged; a script's own error is
+    also recorded in the user's Sieve error log (mailstore/sieve/errorlog.py), which they
+    read with GETMETADATA and the administrator with ``mailadmin sieve log``.
     ``received_at``: where the message as received starts, after this delivery's trace
     fields."""
     plans = []
@@ -61,6 +72,12 @@ def make_plans(store: MailStore, recipients: Sequence[tuple[str, str, str]], sou
             p.error = str(exc)
         if p.error is not None:
             log.warn("sieve_error", user=user, script=p.script or "", error=p.error)
+            if p.script is not None:
+                try:
+                    store.sieve_errors.add(user, p.error_script, p.error_line,
+                                           p.error_message)
+                except MailStoreError as exc:  # the log is for the user: never fatal
+                    log.warn("sieve_error_log_failed", user=user, error=str(exc))
         for note in p.notes:
             log.info("sieve_note", user=user, script=p.script or "", note=note)
         plans.append(p)
@@ -119,6 +136,8 @@ def deliver_with_sieve(store: MailStore, plans: list[Plan], source: bytes, marke
                 break
     except BaseException:
         _withdraw_quietly(store, done, marker)
+        for p in plans:
+            abandon(store, p)
         raise
     # First what was stored; the outgoing mail only once that is known to stand: in SMTP a
     # failure of any recipient takes every copy back, and the sender's retry would send
@@ -145,12 +164,28 @@ def deliver_with_sieve(store: MailStore, plans: list[Plan], source: bytes, marke
                 errors[i] = exc
                 if not isinstance(exc, MailStoreError):
                     log.failure("sieve_enqueue_failed", user=p.user)
+    # The mail of recipients that stand is released; that of the others dropped with their
+    # tracking claims, so the sender's retry sends it once (decision 0025).
+    if not (all_or_nothing and errors):
+        for i, p in enumerate(plans):
+            if results[i] is not None or i in errors:
+                continue
+            try:
+                commit(store, p)
+            except Exception as exc:
+                errors[i] = exc
+                if not isinstance(exc, MailStoreError):
+                    log.failure("sieve_release_failed", user=p.user)
+                if all_or_nothing:
+                    break
     for i, p in enumerate(plans):
         if results[i] is not None:
+            abandon(store, p)  # refused: the ids its script took are not delivered
             continue
         mine = copies.get(i, [])
         if i in errors or (all_or_nothing and errors):
             _withdraw_quietly(store, [r for r in mine if r.error is None], marker)
+            abandon(store, p)
             error = errors.get(i) or _conflict()
             results[i] = Delivery(p.user, p.targets[0][0] if p.targets else "", None, error)
         else:

@@ -37,6 +37,9 @@ class ManageSieveServer(protocol.ServerFactory):
         self.threadpool.start()
         self.connections: set = set()
         self.stopping = False
+        from ..delivery import sieve_settings
+        self.sieve_limits = sieve_settings(cfg).limits
+        """[sieve]'s limits, for the WARNINGS of PUTSCRIPT/CHECKSCRIPT (vacation :days)."""
 
     def buildProtocol(self, addr):
         conn = ManageSieveProtocol(self)
@@ -51,6 +54,11 @@ class ManageSieveServer(protocol.ServerFactory):
         as IMAP's: both are per process) or stopping."""
         self.connections.add(conn)
         return not self.stopping and len(self.connections) <= self.cfg["imap"]["max_connections"]
+
+    def sessions_of(self, user: str) -> int:
+        """How many connections of this process are logged in as ``user``."""
+        return sum(1 for c in self.connections
+                   if getattr(getattr(c, "session", None), "user", None) == user)
 
     def connection_closed(self, conn) -> None:
         self.connections.discard(conn)

@@ -45,6 +45,11 @@ def register(sub, common) -> None:
     delete.add_argument("user")
     delete.add_argument("name")
     delete.set_defaults(func=sieve_delete)
+    log = ssub.add_parser("log", parents=[common],
+                          help="the user's last Sieve runtime errors (oldest first)")
+    log.add_argument("user")
+    log.add_argument("--clear", action="store_true", help="then forget them")
+    log.set_defaults(func=sieve_log)
 
 
 def sieve_list(ctx) -> int:
@@ -119,6 +124,19 @@ def sieve_deactivate(ctx) -> int:
     user = ctx.user(ctx.args.user)
     ctx.store.sieve_scripts.activate(user, None)
     emit(ctx.args, {"user": user, "active": None}, lambda: f"no script of {user} is active")
+    return EXIT_OK
+
+
+def sieve_log(ctx) -> int:
+    """RFC 5228 2.10.6: why a script failed at delivery (the message was kept in INBOX);
+    the same entries the user reads with GETMETADATA (docs/sieve.md, "Limits and errors")."""
+    user = ctx.user(ctx.args.user)
+    found = ctx.store.sieve_errors.entries(user)
+    if ctx.args.clear:
+        ctx.store.sieve_errors.clear(user)
+    rows = [e.as_dict() for e in found]
+    emit(ctx.args, rows, lambda: "\n".join(e.text() for e in found)
+         if found else f"no Sieve errors recorded for {user}")
     return EXIT_OK
 
 

@@ -68,6 +68,10 @@ class Environment:
     hostname: str = "localhost"
     mailbox_exists: Callable[[str], bool] = _never
     duplicate_seen: Callable[[str], bool] = _never
+    duplicate_claim: Callable[[str, int], bool] | None = None
+    """``duplicate_claim(key, seconds)``: take the id atomically (RFC 7352 3); False when
+    another delivery holds it (the message is a duplicate).  When given, it replaces
+    ``duplicate_seen``; the delivery gives the claim back if the message is not stored."""
     vacation_replied: Callable[[str], bool] = _never
     get_script: Callable[[str, str], str | None] = _no_script
     metadata: Callable[[str | None, str], str | None] = _no_script
@@ -137,6 +141,12 @@ class Result:
     message: bytes | None = None
     duplicate_marks: list[tuple[str, int]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    error_line: int = 0
+    """The line of the command or test that failed (0: unknown)."""
+    error_script: str = ""
+    """The included script it failed in ("" for the script that ran)."""
+    error_message: str = ""
+    """``error`` without its line prefix."""
 
     @property
     def stores(self) -> list[Store]:

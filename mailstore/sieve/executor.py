@@ -6,7 +6,11 @@ tracking) and returns a :class:`Plan`: where to store the message and with which
 whether the recipient refuses it, what to send (redirect, vacation) and what to remember once
 delivered.  The delivery code stores the message for every plan in one go (one content for
 all targets, as without Sieve), then calls :func:`finish` for each delivered recipient, which
-queues the outgoing mail durably and records the tracking; the 2xx is given only after both.
+claims the vacation tracking and queues the outgoing mail durably, *held*; the 2xx is given
+only after both.  Once every recipient's fate is known the delivery calls :func:`commit`
+(release the held mail) for those answered 2xx and :func:`abandon` for the others (drop
+their held mail, give back their tracking claims), so a withdrawn delivery leaves nothing
+behind and the sender's retry sends each reply and redirect once.
 """
 
 from __future__ import annotations
@@ -45,6 +49,9 @@ class Outgoing:
     rcpt_tos: list[str]
     message: bytes
     reason: str
+    claim: tuple[bytes, str, int] | None = None
+    """(kind, key, seconds) to claim in the tracking before queuing (a vacation reply,
+    RFC 5230 4.2): not queued if another delivery holds it."""
 
 
 @dataclass
@@ -65,6 +72,15 @@ class Plan:
     script: str | None = None
     error: str | None = None
     notes: list[str] = field(default_factory=list)
+    error_line: int = 0
+    """Where ``error`` happened (0: unknown) ..."""
+    error_script: str = ""
+    """... in which script (the active one, or the included one that failed)."""
+    error_message: str = ""
+    claims: list[tuple[bytes, str, bytes]] = field(default_factory=list)
+    """Tracking claims taken (kind, key, claim): given back by :func:`abandon`."""
+    queued: list[str] = field(default_factory=list)
+    """Held queue ids: released by :func:`commit`, deleted by :func:`abandon`."""
 
 
 def plain(address: str, user: str, mailbox: str) -> Plan:
@@ -90,19 +106,41 @@ def plan(store, address: str, user: str, mailbox: str, source: bytes, mail_from:
         return plain(address, user, mailbox)
     name, text = active
     track = store.sieve_tracking
+    claims: list[tuple[bytes, str, bytes]] = []
+
+    def duplicate_claim(key: str, seconds: int) -> bool:
+        # The same id tested twice in one run is the same message: not a duplicate of itself.
+        if any(k == key for _, k, _ in claims):
+            return True
+        claim = track.claim(user, tracking.DUPLICATE, key, seconds)
+        if claim is not None:
+            claims.append((tracking.DUPLICATE, key, claim))
+        return claim is not None
+
     env = Environment(
         user=user,
         user_addresses=[f"{user}@{domain}" for domain in settings.domains],
         default_mailbox=mailbox, now=store.clock(), hostname=settings.hostname,
         mailbox_exists=lambda n: _exists(store, user, n),
         duplicate_seen=lambda key: track.seen(user, tracking.DUPLICATE, key),
+        duplicate_claim=duplicate_claim,
         vacation_replied=lambda key: track.seen(user, tracking.VACATION, key),
         get_script=lambda location, n: _included(store, user, location, n, settings),
         metadata=lambda mailbox, entry: _annotation(store, user, mailbox, entry,
                                                     settings.metadata_policy),
         limits=settings.limits)
-    result = run(text, parsed or source, Envelope(mail_from, address), env)
-    out = Plan(address, user, [], script=name, error=result.error, notes=list(result.notes))
+    try:
+        result = run(text, parsed or source, Envelope(mail_from, address), env)
+    except BaseException:
+        _give_back(store, user, claims, [])
+        raise
+    out = Plan(address, user, [], script=name, error=result.error, notes=list(result.notes),
+               claims=claims)
+    if result.error is not None:  # its actions are dropped: so are the ids it took
+        _give_back(store, user, claims, out.notes)
+        out.error_line = result.error_line
+        out.error_script = result.error_script or name
+        out.error_message = result.error_message or result.error
     content = result.message
     for action in result.actions:
         if isinstance(action, Store):
@@ -115,9 +153,9 @@ def plan(store, address: str, user: str, mailbox: str, source: bytes, mail_from:
         elif isinstance(action, Vacation):
             try:
                 reply = build_reply(action, settings.hostname, env.now)
-                out.outgoing.append(Outgoing("", [check_address(action.to)], reply,
-                                             "vacation"))
-                out.marks.append((tracking.VACATION, action.track_key, action.seconds))
+                out.outgoing.append(Outgoing(
+                    "", [check_address(action.to)], reply, "vacation",
+                    claim=(tracking.VACATION, action.track_key, action.seconds)))
             except MailStoreError as exc:  # an address the queue cannot take
                 out.notes.append(f"vacation not sent: {exc}")
         elif isinstance(action, Discard):
@@ -220,13 +258,59 @@ def _header_safe(text: str) -> bytes:
 
 
 def finish(store, plan: Plan) -> None:
-    """After ``plan``'s recipient has its message durably stored: queue its outgoing mail
-    (durable when this returns) and record its tracking.  Raises what the outbox raises;
-    tracking failures are not fatal (the worst is a second vacation reply)."""
-    for item in plan.outgoing:
-        store.outbox.enqueue(item.mail_from, item.rcpt_tos, item.message, item.reason)
+    """After ``plan``'s recipient has its message durably stored: claim each vacation
+    reply's tracking (RFC 5230 4.2: a reply another delivery already claimed is not sent)
+    and queue the outgoing mail held (durable when this returns); refresh the ``:last``
+    duplicate records.  Raises what the store raises, having given back what it took."""
+    try:
+        for item in plan.outgoing:
+            if item.claim is not None:
+                kind, key, seconds = item.claim
+                claim = store.sieve_tracking.claim(plan.user, kind, key, seconds)
+                if claim is None:
+                    plan.notes.append("vacation not sent: already replied within the period "
+                                      "(by a concurrent delivery)")
+                    continue
+                plan.claims.append((kind, key, claim))
+            plan.queued.append(store.outbox.enqueue(item.mail_from, item.rcpt_tos,
+                                                    item.message, item.reason, hold=True))
+    except BaseException:
+        abandon(store, plan)
+        raise
     for kind, key, seconds in plan.marks:
         try:
             store.sieve_tracking.record(plan.user, kind, key, seconds)
         except MailStoreError as exc:
             plan.notes.append(f"tracking not recorded: {exc}")
+
+
+def commit(store, plan: Plan) -> None:
+    """``plan``'s recipient was answered 2xx: its held mail may go.  Raises what the store
+    raises (the delivery then answers 451 and abandons)."""
+    for qid in plan.queued:
+        store.outbox.release(qid)
+    plan.queued = []
+    plan.claims = []
+
+
+def abandon(store, plan: Plan) -> None:
+    """``plan``'s recipient keeps nothing (refused, failed, withdrawn): drop its held mail
+    and give back its tracking claims, so the sender's retry acts as the first attempt.
+    Never raises (a held entry left behind is dropped by the queue's sweep; a claim left
+    costs at most one reply not sent)."""
+    for qid in plan.queued:
+        try:
+            store.outbox.delete(qid)
+        except MailStoreError as exc:
+            plan.notes.append(f"held mail {qid} not dropped: {exc}")
+    plan.queued = []
+    _give_back(store, plan.user, plan.claims, plan.notes)
+
+
+def _give_back(store, user: str, claims: list, notes: list[str]) -> None:
+    for kind, key, claim in claims:
+        try:
+            store.sieve_tracking.release(user, kind, key, claim)
+        except MailStoreError as exc:
+            notes.append(f"tracking claim not given back: {exc}")
+    claims.clear()

@@ -308,6 +308,8 @@ class Node:
     args: list = field(default_factory=list)
     tests: list = field(default_factory=list)
     block: list = field(default_factory=list)
+    line: int = field(default=0, compare=False)
+    """Where the command's or test's name is (1-based; 0: unknown), for runtime errors."""
 
 
 class SieveSyntaxError(ValueError):
@@ -392,10 +394,52 @@ def parse(text: str) -> Script:
         if match:
             raise SieveSyntaxError(int(match.group(1)), match.group(2))
         raise SieveSyntaxError(0, parser.error)
+    _check_terminated(parser, text)
     commands = [_convert(c) for c in parser.result]
+    _place(commands, parser, text)
     required: set[str] = set()
     for node in commands:
         if node.name == "require":
             value = node.args[0]
             required.update([value] if isinstance(value, str) else value)
     return Script(commands, required)
+
+
+def _preorder(nodes: list[Node]):
+    for node in nodes:
+        yield node
+        yield from _preorder(node.tests)
+        yield from _preorder(node.block)
+
+
+def _place(commands: list[Node], parser: Parser, text: str | bytes) -> None:
+    """Give each node the line of its name.  RFC 5228 8.1: identifiers occur only as
+    command and test names, and the tree in pre-order (a command, its tests, its block)
+    is source order, so the n-th identifier token is the n-th node.  Should the two ever
+    disagree in number, lines stay 0 (unknown) rather than wrong."""
+    data = text.encode("utf-8") if isinstance(text, str) else text
+    lines = []
+    lexer = parser.lexer
+    for ttype, _value in lexer.scan(data):
+        if ttype == "identifier":
+            lines.append(lexer.curlineno())
+    nodes = list(_preorder(commands))
+    if len(nodes) == len(lines):
+        for node, line in zip(nodes, lines, strict=True):
+            node.line = line
+
+
+def _check_terminated(parser: Parser, text: str | bytes) -> None:
+    """RFC 5228 8.1: ``command = identifier arguments (";" / block)``.  sievelib accepts a
+    last command cut off by the end of the script (``keep;\n discard``); Pigeonhole refuses
+    it, on the line where the script ends, and so do we.  The last token that is not a
+    comment must be ``;`` or ``}`` (or there is none: an empty script)."""
+    data = text.encode("utf-8") if isinstance(text, str) else text
+    last = None
+    for ttype, _value in parser.lexer.scan(data):
+        if ttype not in ("hash_comment", "bracket_comment"):
+            last = ttype
+    if last not in (None, "semicolon", "right_cbracket"):
+        raise SieveSyntaxError(data.count(b"\n") + 1,
+                               "expected ';' or a block at the end of the last command, "
+                               "found the end of the script (RFC 5228 8.1)")

@@ -78,8 +78,15 @@ def run(script: str | Script, raw_message: bytes | SieveMessage, envelope: Envel
             pass
         return interp.finish()
     except (SieveRuntimeError, SieveSyntaxError, MatchError) as exc:
+        if isinstance(exc, SieveSyntaxError):
+            # An included script that does not parse names its own line.
+            line, message = exc.line, exc.message
+        else:
+            line, message = interp.line, str(exc)
         return Result(actions=[Store(env.default_mailbox, keep=True, implicit=True)],
-                      error=str(exc), notes=interp.result.notes)
+                      error=str(exc), notes=interp.result.notes,
+                      error_line=line, error_script=interp.script_name,
+                      error_message=message)
 
 
 class _Interpreter:
@@ -100,6 +107,10 @@ class _Interpreter:
         self.required: set[str] = set()
         self.included_once: set[tuple[str, str]] = set()
         self.depth = 0
+        self.line = 0
+        """The line of the command or test running (for the error log)."""
+        self.script_name = ""
+        """The included script running ("" for the active script itself)."""
 
     # -- control ----------------------------------------------------------------------------
 
@@ -113,6 +124,8 @@ class _Interpreter:
         if unknown:
             raise SieveRuntimeError(f"unsupported extension {sorted(unknown)[0]}")
         outer_required, outer_vars = self.required, self.variables
+        outer_name = self.script_name
+        self.script_name = name
         self.required = script.required
         if name:  # an included script has its own variables, globals shared (RFC 6609 3.3)
             self.variables = {}
@@ -122,10 +135,13 @@ class _Interpreter:
             pass
         finally:
             self.required, self.variables = outer_required, outer_vars
+        # Restored only when it ended without an error: on one, where it happened stays.
+        self.script_name = outer_name
 
     def block(self, commands: list[Node]) -> None:
         skip_else = False
         for node in commands:
+            self.line = node.line
             self.step()
             name = node.name
             if name in ("elsif", "else"):
@@ -197,6 +213,7 @@ class _Interpreter:
     # -- tests --------------------------------------------------------------------------------
 
     def test(self, node: Node) -> bool:
+        self.line = node.line
         self.step()
         handler = getattr(self, "test_" + node.name, None)
         if handler is None:
@@ -404,6 +421,14 @@ class _Interpreter:
             return False
         seconds = min(node.tags.get(":seconds", self.limits.duplicate_default_seconds),
                       self.limits.duplicate_max_seconds)
+        if self.env.duplicate_claim is not None:
+            # Atomic: of two deliveries racing with the same id one takes it, the other
+            # sees a duplicate (the claim is the record; with :last a seen id is refreshed
+            # once delivered).
+            seen = not self.env.duplicate_claim(key, seconds)
+            if seen and ":last" in node.tags:
+                self.result.duplicate_marks.append((key, seconds))
+            return seen
         seen = self.env.duplicate_seen(key)
         # RFC 7352 3: the id is recorded (or, with :last, refreshed) once delivered; without
         # :last an existing record keeps its expiry.

@@ -94,3 +94,98 @@ def _line_of(text: str, needle: str) -> int:
     is right for every check above except repeats of the same argument)."""
     position = text.find(needle)
     return text.count("\n", 0, position) + 1 if position >= 0 else 1
+
+
+# Where each capability shows in a script: command/test names and tags (RFC 5228 3.2: a
+# capability required but never used is harmless, but often a sign of a typo elsewhere).
+# Capabilities whose use is harder to see (variables, encoded-character, comparators) are
+# not checked: a warning must never be wrong.
+_USED_BY: dict[str, tuple[frozenset[str], frozenset[str]]] = {
+    "fileinto": (frozenset({"fileinto"}), frozenset()),
+    "reject": (frozenset({"reject"}), frozenset()),
+    "ereject": (frozenset({"ereject"}), frozenset()),
+    "envelope": (frozenset({"envelope"}), frozenset()),
+    "imap4flags": (frozenset({"setflag", "addflag", "removeflag", "hasflag"}),
+                   frozenset({":flags"})),
+    "copy": (frozenset(), frozenset({":copy"})),
+    "body": (frozenset({"body"}), frozenset()),
+    "relational": (frozenset(), frozenset({":count", ":value"})),
+    "subaddress": (frozenset(), frozenset({":user", ":detail"})),
+    "date": (frozenset({"date", "currentdate"}), frozenset()),
+    "index": (frozenset(), frozenset({":index", ":last"})),
+    "vacation": (frozenset({"vacation"}), frozenset()),
+    "vacation-seconds": (frozenset(), frozenset({":seconds"})),
+    "include": (frozenset({"include", "return", "global"}), frozenset()),
+    "mailbox": (frozenset({"mailboxexists"}), frozenset({":create"})),
+    "mboxmetadata": (frozenset({"metadata", "metadataexists"}), frozenset()),
+    "servermetadata": (frozenset({"servermetadata", "servermetadataexists"}), frozenset()),
+    "duplicate": (frozenset({"duplicate"}), frozenset()),
+    "editheader": (frozenset({"addheader", "deleteheader"}), frozenset()),
+}
+
+
+def warnings(text: str, limits=None, mailbox_exists=None) -> list[str]:
+    """What is valid but probably not meant (RFC 5804 1.3 ``WARNINGS``), as ``"line N:
+    warning: ..."`` strings, in line order.  Call on a script :func:`validate` accepts.
+
+    As Pigeonhole: a vacation ``:days`` under ``limits.vacation_min_days`` (the minimum is
+    used), a hash comment ending the script without a line break.  Ours besides: ``:days``
+    or ``:seconds`` over the maximum (clamped), a ``fileinto`` without ``:create`` into a
+    mailbox that does not exist (``mailbox_exists(name)``; the message goes to INBOX), an
+    extension required but never used."""
+    from .actions import Limits
+
+    limits = limits or Limits()
+    try:
+        script = parse(text)
+    except SieveSyntaxError:
+        return []
+    found: list[tuple[int, str]] = []
+    nodes = list(_walk(script.commands))
+    names = {n.name for n in nodes}
+    tags = {t for n in nodes for t in n.tags}
+    for node in nodes:
+        if node.name == "require":
+            wanted = node.args[0] if isinstance(node.args[0], list) else [node.args[0]]
+            for capability in wanted:
+                commands, used_tags = _USED_BY.get(capability, (None, None))
+                if commands is not None and not (commands & names or used_tags & tags):
+                    found.append((node.line, f"extension '{capability}' is required but "
+                                             "not used"))
+        elif node.name == "vacation":
+            days = node.tags.get(":days")
+            if isinstance(days, int) and days < limits.vacation_min_days:
+                found.append((node.line, f"specified :days value '{days}' is under the "
+                                         f"minimum ({limits.vacation_min_days} is used)."))
+            elif isinstance(days, int) and days > limits.vacation_max_days:
+                found.append((node.line, f"specified :days value '{days}' is over the "
+                                         f"maximum ({limits.vacation_max_days} is used)."))
+            seconds = node.tags.get(":seconds")
+            if isinstance(seconds, int) and seconds > limits.vacation_max_days * 86400:
+                found.append((node.line, f"specified :seconds value '{seconds}' is over the "
+                                         f"maximum ({limits.vacation_max_days * 86400} is "
+                                         "used)."))
+        elif node.name == "fileinto" and mailbox_exists is not None and node.args \
+                and ":create" not in node.tags:
+            mailbox = node.args[0]
+            if isinstance(mailbox, str) and "${" not in mailbox \
+                    and mailbox.upper() != "INBOX" and not mailbox_exists(mailbox):
+                found.append((node.line, f"mailbox '{mailbox}' does not exist: fileinto "
+                                         "keeps the message in INBOX instead (add :create "
+                                         "to make it, RFC 5490 3.2)"))
+    if not text.endswith("\n") and _ends_in_hash_comment(text):
+        found.append((text.count("\n") + 1, "no newline (CRLF) at end of hash comment at "
+                                            "end of file."))
+    found.sort(key=lambda item: item[0])
+    return [f"line {line}: warning: {message}" for line, message in found]
+
+
+def _ends_in_hash_comment(text: str) -> bool:
+    """Whether the script's last token is a ``#`` comment (RFC 5228 2.3: it ends with a
+    CRLF; at the end of the script Pigeonhole warns)."""
+    from sievelib.parser import Parser
+
+    last = None
+    for ttype, _value in Parser().lexer.scan(text.encode("utf-8")):
+        last = ttype
+    return last == "hash_comment"

@@ -85,6 +85,14 @@ def authenticate(ctx):
         yield task.deferLater(ctx.server.reactor, ctx.server.cfg["imap"]["auth_failure_delay"],
                               lambda: None)
         raise No("Authentication failed")
+    limit = ctx.server.cfg["managesieve"]["max_connections_per_user"]
+    if limit and ctx.server.sessions_of(who) >= limit:
+        # Counted per process, as [imap] max_connections (Dovecot's
+        # mail_max_userip_connections is also counted where the sessions run).
+        MANAGESIEVE_LOGINS.labels("limited").inc()
+        log.warn("login_limited", user=who, remote=remote, limit=limit)
+        raise No(f"Too many ManageSieve connections for this user (at most {limit})",
+                 "TRYLATER")
     ctx.session.user = who
     MANAGESIEVE_LOGINS.labels("ok").inc()
     log.info("login", user=who, mechanism=mechanism, remote=remote)

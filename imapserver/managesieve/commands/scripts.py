@@ -18,7 +18,8 @@ from __future__ import annotations
 
 from twisted.internet import defer
 
-from mailstore.sieve.validate import validate
+from mailstore.errors import InvalidName, NotFound
+from mailstore.sieve.validate import validate, warnings
 
 from .. import wire
 from ..context import AUTH, No, command
@@ -40,6 +41,32 @@ def _refuse_invalid(errors: list[str]) -> None:
         raise No("\r\n".join(errors))
 
 
+def _warnings(store, user: str, script: str, limits) -> list[str]:
+    """RFC 5804 1.3 WARNINGS for a valid script (mailstore/sieve/validate.py), with the
+    user's mailboxes for fileinto's target and [sieve]'s vacation range.  In a thread."""
+    def exists(name: str) -> bool:
+        try:
+            store.mailbox(user, name, recover=False)
+            return True
+        except (NotFound, InvalidName):
+            return False
+    return warnings(script, limits, exists)
+
+
+def _finish(ctx, found: list[str], text: str) -> None:
+    """OK, with ``(WARNINGS)`` and the warnings as its text when there are some (RFC 5804
+    1.3, 2.6: the script is stored all the same), as Pigeonhole answers.  The warnings go
+    on one line, joined by "; ", as a quoted string when they fit one (1024 octets):
+    sieve-connect takes an OK whose text is a multi-line literal -- what Pigeonhole sends --
+    for a failure and exits 1 although the script was stored."""
+    if found:
+        joined = "; ".join(found)
+        ctx.finish(b"OK", joined if len(joined.encode()) <= wire.MAX_QUOTED
+                   else "\r\n".join(found), "WARNINGS")
+    else:
+        ctx.finish(b"OK", text)
+
+
 @command("HAVESPACE", AUTH)
 @defer.inlineCallbacks
 def havespace(ctx):
@@ -56,15 +83,20 @@ def putscript(ctx):
     name, script = ctx.text(0, "script name"), _script(ctx, 1)
     _refuse_invalid((yield ctx.compute(validate, script)))
     yield ctx.call(ctx.store.sieve_scripts.put, ctx.session.user, name, script)
-    ctx.finish(b"OK", "Putscript completed")
+    found = yield ctx.call(_warnings, ctx.store, ctx.session.user, script,
+                           ctx.server.sieve_limits)
+    _finish(ctx, found, "Putscript completed")
 
 
 @command("CHECKSCRIPT", AUTH)
 @defer.inlineCallbacks
 def checkscript(ctx):
     ctx.expect_args(1)
-    _refuse_invalid((yield ctx.compute(validate, _script(ctx, 0))))
-    ctx.finish(b"OK", "Script is valid")
+    script = _script(ctx, 0)
+    _refuse_invalid((yield ctx.compute(validate, script)))
+    found = yield ctx.call(_warnings, ctx.store, ctx.session.user, script,
+                           ctx.server.sieve_limits)
+    _finish(ctx, found, "Script is valid")
 
 
 @command("LISTSCRIPTS", AUTH)

@@ -1,0 +1,5 @@
+require "fileinto";
+if true {
+  fileinto "a";
+  keep
+}
