@@ -131,8 +131,9 @@ class Fsck:
 
     def check_index(self, user: str) -> None:
         index = self.store.mailboxes.index
-        for key, cells in index.scan(prefix=keys.user_index_prefix(user)):
-            name = keys.index_key_name(key)
+        user_keys = self.store.user_keys
+        for key, cells in index.scan(prefix=user_keys.user_index_prefix(user)):
+            name = user_keys.index_key_name(key)
             row = self.store.mailboxes.rows.row(cells.get(b"i:id", b""), [b"m"])
             if row.get(b"m:state") != LIVE or row.get(b"m:name", b"").decode() != name \
                     or row.get(b"m:owner", b"").decode() != user:
@@ -233,7 +234,7 @@ class Fsck:
             self._stale_markers(store.mailboxes.rows, mailbox_id, row)
             owner = row.get(b"m:owner", b"").decode()
             name = row.get(b"m:name", b"").decode()
-            reached = store.mailboxes.index.row(keys.index_key(owner, name), [b"i:id"]) \
+            reached = store.mailboxes.index.row(store.user_keys.index_key(owner, name), [b"i:id"]) \
                 .get(b"i:id") == mailbox_id if owner and name else False
             if row.get(b"m:state") == LIVE and reached:
                 continue
@@ -333,9 +334,12 @@ class Fsck:
         would not find) is indexed again."""
         table = self.store.grants.index
         indexed: set[tuple[str, bytes]] = set()
-        for key, _ in table.scan(start=b"", stop=b"\xff", columns=[b"g:r"], batch_size=5000):
-            identifier = key[:-(keys.UUID_LEN + 1)].decode()
-            mailbox_id = key[-keys.UUID_LEN:]
+        user_keys = self.store.user_keys
+        for key, _ in (row for start, stop in user_keys.bucket_ranges()
+                       for row in table.scan(start=start, stop=stop, columns=[b"g:r"],
+                                             batch_size=5000)):
+            identifier = user_keys.acl_index_grantee(key)
+            mailbox_id = keys.acl_index_mailbox(key)
             mailbox = self.store.mailboxes.load(mailbox_id)
             self.report.checked["acl index rows"] += 1
             if mailbox is not None and identifier in mailbox.acl:
