@@ -15,7 +15,10 @@ What is checked (docs/decisions/0004-counters-and-fsck.md):
 * import records (``JAMES_IMPORTS``), change-log entries and checkpoints (``JAMES_CHANGES``) and
   annotations (``JAMES_METADATA``) of mailboxes that no longer exist;
 * the ACL grant index (``JAMES_ACL_INDEX``) against the mailboxes' ACL cells, both ways
-  (docs/decisions/0018-acl.md).
+  (docs/decisions/0018-acl.md);
+* rows of the user-name-keyed tables in another key format than the store's (left by an
+  interrupted ``mailadmin migrate-keys``, or written by a server of another format): found,
+  not repaired here (``migrate-keys`` finishes the job; docs/decisions/0027).
 
 Counters are repaired by incrementing them by the difference, never by overwriting them, so a
 repair racing with live traffic cannot erase a concurrent change.  The content reference check
@@ -27,7 +30,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 
-from . import keys
+from . import keyformat, keys
 from .acl import SHARED_OWNER
 from .backends.base import Mutation, decode_counter, prefix_stop
 from .content import INFO, REFS, STARTED, SWEEP_BATCH
@@ -99,6 +102,7 @@ class Fsck:
             self.check_change_records()
             self.check_metadata_records()
             self.check_acl_index()
+            self.check_user_key_format()
         return self.report
 
     # -- users and mailboxes -------------------------------------------------------------------
@@ -324,6 +328,17 @@ class Fsck:
             self.report.add("content", f"content {content_id.hex()}",
                             f"{self.refs[content_id]} message(s) refer to missing content",
                             False)
+
+    # -- user key format (docs/decisions/0027-salted-user-keys.md) ----------------------------
+
+    def check_user_key_format(self) -> None:
+        """Rows the store's key format does not read.  Not repaired here: such a row may hold
+        data written in the other format, which ``mailadmin migrate-keys`` copies (when its
+        row in the store's format is missing) before it removes it."""
+        user_keys = self.store.user_keys
+        for table, count in keyformat.stray_rows(self.store.backend, user_keys).items():
+            self.report.add("keys", table, f"{count} row(s) not in the store's key format "
+                            f"({user_keys.describe()}): run mailadmin migrate-keys", False)
 
     # -- ACL index (docs/decisions/0018-acl.md) ----------------------------------------------
 

@@ -179,7 +179,8 @@ class Users:
         out = {u: (0, 0, 0) for u in users}
         for key, row in self.table.rows([self.keys.user_key(u) for u in users],
                                         list(GENERATIONS)):
-            out[self.keys.user_key_name(key)] = tuple(decode_counter(row.get(c)) for c in GENERATIONS)
+            out[self.keys.user_key_name(key)] = tuple(decode_counter(row.get(c))
+                                                      for c in GENERATIONS)
         return out
 
     def list(self) -> list[User]:
