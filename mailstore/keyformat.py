@@ -121,21 +121,36 @@ def migrate(backend: Backend, target: UserKeys,
                                  "is another migrate-keys running?")
     for table in USER_KEYED:
         rows = backend.table(table.name)
-        deleted = 0
-        for key, cells in list(_rows(backend, table)):
-            if target.owner(key, table.user_keyed) is not None:
-                continue
-            new = _rekey_any(key, table, target)
-            if new is not None and not rows.row(new):
-                rows.put(new, cells)
-            rows.delete(key)
-            deleted += 1
-            if deleted % BATCH == 0:
+        deleted, batch = 0, []
+        for key, cells in _rows(backend, table):
+            if target.owner(key, table.user_keyed) is None:
+                batch.append((key, cells))
+            if len(batch) >= BATCH:
+                deleted += _remove(rows, table, target, batch)
+                batch = []
                 progress("removing old keys of", table.name, deleted)
+        deleted += _remove(rows, table, target, batch)
         if deleted:
             progress("removing old keys of", table.name, deleted)
         done["deleted"][table.name] = deleted
     return done
+
+
+def _remove(rows, table: TableDef, target: UserKeys,
+            batch: list[tuple[bytes, dict[bytes, bytes]]]) -> int:
+    """Delete rows not in ``target``'s format, copying first those whose ``target`` row is
+    missing: one multi-get, then two batched mutations."""
+    if not batch:
+        return 0
+    moved = {key: _rekey_any(key, table, target) for key, _ in batch}
+    wanted = [new for new in moved.values() if new is not None]
+    present = {key for key, _ in rows.rows(wanted)} if wanted else set()
+    copies = [Mutation(moved[key], puts=cells) for key, cells in batch
+              if moved[key] is not None and moved[key] not in present]
+    if copies:
+        rows.mutate_rows(copies)
+    rows.mutate_rows([Mutation(key, delete_row=True) for key, _ in batch])
+    return len(batch)
 
 
 def _rekey_any(key: bytes, table: TableDef, target: UserKeys) -> bytes | None:
