@@ -198,25 +198,26 @@ class Grants:
     since rights always come from the mailbox row), never a grant the index cannot find.
     """
 
-    def __init__(self, backend):
+    def __init__(self, backend, user_keys: keys.UserKeys | None = None):
         from .schema import ACL_INDEX, MAILBOXES
+        self.keys = user_keys or keys.UserKeys()
         self.rows = backend.table(MAILBOXES.name)
         self.index = backend.table(ACL_INDEX.name)
 
     def set(self, mailbox_id: bytes, identifier: str, rights: frozenset[str]) -> None:
         """Give ``identifier`` exactly ``rights`` on the mailbox (none: remove its entry)."""
         if rights:
-            self.index.put(keys.acl_index_key(identifier, mailbox_id), {b"g:r": b"1"})
+            self.index.put(self.keys.acl_index_key(identifier, mailbox_id), {b"g:r": b"1"})
             text = "".join(r for r in RIGHTS if r in rights)
             self.rows.put(mailbox_id, {acl_column(identifier): text.encode()})
         else:
             self.rows.delete(mailbox_id, [acl_column(identifier)])
-            self.index.delete(keys.acl_index_key(identifier, mailbox_id))
+            self.index.delete(self.keys.acl_index_key(identifier, mailbox_id))
 
     def forget(self, mailbox_id: bytes, acl: Mapping[str, str]) -> None:
         """Drop the index rows of a mailbox that is being deleted."""
         for identifier in acl:
-            self.index.delete(keys.acl_index_key(identifier, mailbox_id))
+            self.index.delete(self.keys.acl_index_key(identifier, mailbox_id))
 
     def candidates(self, user: str, with_anyone: bool = True) -> list[bytes]:
         """Ids of the mailboxes whose ACL may grant ``user`` something: those with an entry
@@ -224,7 +225,7 @@ class Grants:
         Without ``with_anyone``: those with an entry for ``user`` or ``-user``."""
         found: list[bytes] = []
         for grantee in (user, ANYONE) if with_anyone else (user, "-" + user):
-            prefix = keys.acl_index_prefix(grantee)
+            prefix = self.keys.acl_index_prefix(grantee)
             found += [keys.acl_index_mailbox(key)
                       for key, _ in self.index.scan(prefix=prefix, columns=[b"g:r"])]
         return list(dict.fromkeys(found))

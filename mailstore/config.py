@@ -64,7 +64,7 @@ def _positive(text: str) -> float:
 
 
 # [hbase] keys that describe the tables' layout, not the connection.
-LAYOUT_KEYS = ("regions_per_table", "compression", "mob")
+LAYOUT_KEYS = ("regions_per_table", "compression", "mob", "user_buckets")
 
 
 @dataclass(frozen=True)
@@ -185,6 +185,8 @@ SCHEMA: dict[str, dict[str, Key]] = {
         "regions_per_table": Key(_int_range(1, 4096), 16),
         "compression": Key(_choice("snappy", "zstd", "gz", "none"), "snappy"),
         "mob": Key(_bool, False),
+        # Salt buckets of the user-name-keyed tables in a new store (docs/decisions/0027).
+        "user_buckets": Key(_int_range(1, 32), 16),
     },
 }
 

@@ -25,6 +25,9 @@ What is checked (docs/decisions/0004-counters-and-fsck.md):
   users that are gone; Sieve tracking (``JAMES_SIEVE_TRACKING``, decision 0025): rows of
   users that are gone, and rows past their expiry, which are no problem (they count as
   absent) but are removed by ``--repair``, as the server's sweep does.
+* rows of the user-name-keyed tables in another key format than the store's (left by an
+  interrupted ``mailadmin migrate-keys``, or written by a server of another format): found,
+  not repaired here (``migrate-keys`` finishes the job; docs/decisions/0027).
 
 Counters are repaired by incrementing them by the difference, never by overwriting them, so a
 repair racing with live traffic cannot erase a concurrent change.  The content reference check
@@ -36,7 +39,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 
-from . import keys
+from . import keyformat, keys
 from .acl import SHARED_OWNER
 from .backends.base import Mutation, decode_counter, prefix_stop
 from .content import INFO, REFS, STARTED, SWEEP_BATCH
@@ -110,6 +113,7 @@ class Fsck:
             self.check_metadata_records()
             self.check_acl_index()
             self.check_sieve()
+            self.check_user_key_format()
         return self.report
 
     # -- users and mailboxes -------------------------------------------------------------------
@@ -168,8 +172,9 @@ class Fsck:
 
     def check_index(self, user: str) -> None:
         index = self.store.mailboxes.index
-        for key, cells in index.scan(prefix=keys.user_index_prefix(user)):
-            name = keys.index_key_name(key)
+        user_keys = self.store.user_keys
+        for key, cells in index.scan(prefix=user_keys.user_index_prefix(user)):
+            name = user_keys.index_key_name(key)
             row = self.store.mailboxes.rows.row(cells.get(b"i:id", b""), [b"m"])
             if row.get(b"m:state") != LIVE or row.get(b"m:name", b"").decode() != name \
                     or row.get(b"m:owner", b"").decode() != user:
@@ -270,7 +275,7 @@ class Fsck:
             self._stale_markers(store.mailboxes.rows, mailbox_id, row)
             owner = row.get(b"m:owner", b"").decode()
             name = row.get(b"m:name", b"").decode()
-            reached = store.mailboxes.index.row(keys.index_key(owner, name), [b"i:id"]) \
+            reached = store.mailboxes.index.row(store.user_keys.index_key(owner, name), [b"i:id"]) \
                 .get(b"i:id") == mailbox_id if owner and name else False
             if row.get(b"m:state") == LIVE and reached:
                 continue
@@ -361,6 +366,17 @@ class Fsck:
                             f"{self.refs[content_id]} message(s) refer to missing content",
                             False)
 
+    # -- user key format (docs/decisions/0027-salted-user-keys.md) ----------------------------
+
+    def check_user_key_format(self) -> None:
+        """Rows the store's key format does not read.  Not repaired here: such a row may hold
+        data written in the other format, which ``mailadmin migrate-keys`` copies (when its
+        row in the store's format is missing) before it removes it."""
+        user_keys = self.store.user_keys
+        for table, count in keyformat.stray_rows(self.store.backend, user_keys).items():
+            self.report.add("keys", table, f"{count} row(s) not in the store's key format "
+                            f"({user_keys.describe()}): run mailadmin migrate-keys", False)
+
     # -- ACL index (docs/decisions/0018-acl.md) ----------------------------------------------
 
     def check_acl_index(self) -> None:
@@ -370,9 +386,12 @@ class Fsck:
         would not find) is indexed again."""
         table = self.store.grants.index
         indexed: set[tuple[str, bytes]] = set()
-        for key, _ in table.scan(start=b"", stop=b"\xff", columns=[b"g:r"], batch_size=5000):
-            identifier = key[:-(keys.UUID_LEN + 1)].decode()
-            mailbox_id = key[-keys.UUID_LEN:]
+        user_keys = self.store.user_keys
+        for key, _ in (row for start, stop in user_keys.bucket_ranges()
+                       for row in table.scan(start=start, stop=stop, columns=[b"g:r"],
+                                             batch_size=5000)):
+            identifier = user_keys.acl_index_grantee(key)
+            mailbox_id = keys.acl_index_mailbox(key)
             mailbox = self.store.mailboxes.load(mailbox_id)
             self.report.checked["acl index rows"] += 1
             if mailbox is not None and identifier in mailbox.acl:
@@ -414,7 +433,9 @@ class Fsck:
         gone: dict[str, int] = {}
         users_seen: dict[str, bool] = {}
         for key, _row in tracking.table.scan(start=b"", columns=[b"t:x"]):
-            user = key.split(b"\0", 1)[0].decode("utf-8", "replace")
+            user = store.user_keys.owner(key, keys.PREFIX_KEYED)
+            if user is None:  # another key format: check_user_key_format reports it
+                continue
             if user not in users_seen:
                 users_seen[user] = exists(user)
             if not users_seen[user]:

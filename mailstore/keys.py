@@ -4,14 +4,20 @@ Every key layout of the schema is built and taken apart here, and nowhere else. 
 mail store makes is bounded at both ends by one of the ``*_prefix``/``*_range`` functions below,
 so no scan can run into another mailbox's or another user's rows (Apache James's expunge scan was
 not bounded, and could).
+
+The tables keyed by user name take their keys from a :class:`UserKeys` (salted or not: one
+store's format, read from the store when it opens, docs/decisions/0027-salted-user-keys.md);
+its methods are pure functions too.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 import random
 import time
 import uuid
+from dataclasses import dataclass
 
 from .backends.base import prefix_stop
 
@@ -114,40 +120,8 @@ def change_range(mailbox_id: bytes, low: int, high: int) -> tuple[bytes, bytes]:
     return change_key(mailbox_id, low), change_key(mailbox_id, high) + b"\x00"
 
 
-# -- JAMES_MAILBOX_INDEX: user NUL name ------------------------------------------------------
-
-def index_key(user: str, name: str) -> bytes:
-    return user.encode() + SEP + name.encode()
-
-
-def index_key_name(key: bytes) -> str:
-    return key.split(SEP, 1)[1].decode()
-
-
-def user_index_prefix(user: str) -> bytes:
-    """Prefix of every mailbox name index row of ``user``."""
-    return user.encode() + SEP
-
-
-def children_index_prefix(user: str, name: str, delimiter: str = "/") -> bytes:
-    """Prefix of the index rows of ``name``'s descendants."""
-    return index_key(user, name + delimiter)
-
-
-# -- JAMES_ACL_INDEX: grantee NUL mailbox uuid (docs/decisions/0018-acl.md) ----------------
-
-def acl_index_key(grantee: str, mailbox_id: bytes) -> bytes:
-    if len(mailbox_id) != UUID_LEN:
-        raise ValueError("mailbox id must be 16 bytes")
-    return grantee.encode() + SEP + mailbox_id
-
-
-def acl_index_prefix(grantee: str) -> bytes:
-    """Prefix of every index row of ``grantee`` (a user name or ``anyone``)."""
-    return grantee.encode() + SEP
-
-
 def acl_index_mailbox(key: bytes) -> bytes:
+    """The mailbox UUID of a JAMES_ACL_INDEX row (its last 16 bytes, in either key format)."""
     return key[-UUID_LEN:]
 
 
@@ -191,12 +165,6 @@ def import_key(mailbox_id: bytes, digest: bytes) -> bytes:
     return mailbox_id + digest
 
 
-# -- JAMES_USERS / JAMES_SUBSCRIPTIONS: user name --------------------------------------------
-
-def user_key(user: str) -> bytes:
-    return user.encode()
-
-
 # -- a row in JAMES_MAILBOXES that no UUID4 can take (version nibble 0), for store-wide counters
 
 STORE_ROW = b"\x00" * UUID_LEN
@@ -226,20 +194,173 @@ def metadata_key(mailbox_id: bytes | None, private_user: str | None) -> bytes:
     return base + (b"s" if private_user is None else b"p" + private_user.encode())
 
 
-# -- JAMES_URLAUTH_KEYS: user NUL mailbox uuid ---------------------------------------------------
-
-def urlauth_key(user: str, mailbox_id: bytes) -> bytes:
-    """Row of ``user``'s URLAUTH access key for one mailbox (RFC 4467 3)."""
-    if len(mailbox_id) != UUID_LEN:
-        raise ValueError("mailbox id must be 16 bytes")
-    return user.encode() + SEP + mailbox_id
-
-
-def urlauth_user_prefix(user: str) -> bytes:
-    """Prefix of every URLAUTH key row of ``user`` (RESETKEY without a mailbox)."""
-    return user.encode() + SEP
-
-
 NO_MAILBOX = b"\x00" * (UUID_LEN - 1) + b"\x02"
 """A mailbox row key no mailbox ever has (no UUID4 has version nibble 0): read in place of a
 mailbox row that does not exist, so a lookup costs the same reads either way."""
+
+
+# -- tables keyed by user name: salt byte + user name ... (docs/decisions/0027) ------------------
+
+MAX_USER_BUCKETS = 32
+"""Salt values are 0x00-0x1f.  Every unsalted key starts with a printable byte, '#' (0x23) or
+above (user names start with [a-z0-9], ACL grantees also with '-', Shared/'s owner is
+'#shared'), so salted and unsalted keys can never be equal: the two formats can share a table
+while ``mailadmin migrate-keys`` copies one to the other, and either is told by its first byte."""
+
+USER_KEY_MARKER = b"m:userkeys"
+"""Cell of :data:`STORE_ROW` in JAMES_MAILBOXES naming the store's user key format
+(:meth:`UserKeys.marker`); written once, by check-and-put from absent (mailstore/keyformat.py)."""
+
+ROW_KEYED = "row"
+"""A table whose row key is the (salted) user name alone: USERS, SUBSCRIPTIONS, SIEVE_SCRIPTS."""
+PREFIX_KEYED = "prefix"
+"""A table whose row key is the (salted) user name, NUL, more: MAILBOX_INDEX, URLAUTH_KEYS,
+ACL_INDEX (the grantee), SIEVE_TRACKING."""
+
+
+@dataclass(frozen=True)
+class UserKeys:
+    """Row keys of the tables keyed by user name, in one store's format.
+
+    ``buckets`` 0 is the unsalted format of stores made before decision 0027 (``user``, ``user
+    NUL name``, ...); 1 to :data:`MAX_USER_BUCKETS` put one salt byte before the name:
+    ``blake2b(name) mod buckets``, so that sequential account names (``user000001``, ...)
+    spread evenly over the buckets, hence over the regions the tables are pre-split into.
+    Every row of one name shares its salt, so a user's rows stay one bounded prefix scan.
+    Methods are pure functions of the format and their arguments.
+    """
+
+    buckets: int = 0
+
+    def __post_init__(self):
+        if not 0 <= self.buckets <= MAX_USER_BUCKETS:
+            raise ValueError(f"user key buckets must be 0 to {MAX_USER_BUCKETS}")
+
+    @property
+    def salted(self) -> bool:
+        return self.buckets > 0
+
+    def salt(self, name: str) -> bytes:
+        """The salt byte of ``name`` (a user name or ACL identifier); b"" when unsalted.
+
+        BLAKE2b (hashlib, no seed) is the same in every Python version and on every machine,
+        unlike hash(); eight digest bytes make the remainder uniform for any bucket count."""
+        if not self.buckets:
+            return b""
+        digest = hashlib.blake2b(name.encode(), digest_size=8).digest()
+        return bytes([int.from_bytes(digest, "big") % self.buckets])
+
+    def _named(self, name: str) -> bytes:
+        return self.salt(name) + name.encode()
+
+    # JAMES_USERS, JAMES_SUBSCRIPTIONS, JAMES_SIEVE_SCRIPTS: [salt] user
+
+    def user_key(self, user: str) -> bytes:
+        return self._named(user)
+
+    def user_key_name(self, key: bytes) -> str:
+        return key[1 if self.buckets else 0:].decode()
+
+    # JAMES_MAILBOX_INDEX: [salt] user NUL mailbox name
+
+    def index_key(self, user: str, name: str) -> bytes:
+        return self._named(user) + SEP + name.encode()
+
+    def index_key_name(self, key: bytes) -> str:
+        # The salt byte may be NUL itself: split after it.
+        return key[1 if self.buckets else 0:].split(SEP, 1)[1].decode()
+
+    def user_index_prefix(self, user: str) -> bytes:
+        """Prefix of every mailbox name index row of ``user``."""
+        return self._named(user) + SEP
+
+    def children_index_prefix(self, user: str, name: str, delimiter: str = "/") -> bytes:
+        """Prefix of the index rows of ``name``'s descendants."""
+        return self.index_key(user, name + delimiter)
+
+    # JAMES_ACL_INDEX: [salt] grantee NUL mailbox uuid (docs/decisions/0018-acl.md)
+
+    def acl_index_key(self, grantee: str, mailbox_id: bytes) -> bytes:
+        if len(mailbox_id) != UUID_LEN:
+            raise ValueError("mailbox id must be 16 bytes")
+        return self._named(grantee) + SEP + mailbox_id
+
+    def acl_index_prefix(self, grantee: str) -> bytes:
+        """Prefix of every index row of ``grantee`` (a user name or ``anyone``)."""
+        return self._named(grantee) + SEP
+
+    def acl_index_grantee(self, key: bytes) -> str:
+        return key[1 if self.buckets else 0:-(UUID_LEN + 1)].decode()
+
+    # JAMES_URLAUTH_KEYS: [salt] user NUL mailbox uuid
+
+    def urlauth_key(self, user: str, mailbox_id: bytes) -> bytes:
+        """Row of ``user``'s URLAUTH access key for one mailbox (RFC 4467 3)."""
+        if len(mailbox_id) != UUID_LEN:
+            raise ValueError("mailbox id must be 16 bytes")
+        return self._named(user) + SEP + mailbox_id
+
+    def urlauth_user_prefix(self, user: str) -> bytes:
+        """Prefix of every URLAUTH key row of ``user`` (RESETKEY without a mailbox)."""
+        return self._named(user) + SEP
+
+    # JAMES_SIEVE_TRACKING: [salt] user NUL kind NUL 16-byte digest (decision 0025)
+
+    def tracking_key(self, user: str, kind: bytes, digest: bytes) -> bytes:
+        return self._named(user) + SEP + kind + SEP + digest
+
+    def tracking_prefix(self, user: str) -> bytes:
+        return self._named(user) + SEP
+
+    # -- whole tables, the format itself ------------------------------------------------------
+
+    def bucket_ranges(self) -> list[tuple[bytes, bytes | None]]:
+        """(start, stop) of each bucket, in key order: together the whole table.  Within one
+        bucket rows sort by name, so a listing of all users merges these scans by name."""
+        if not self.buckets:
+            # Not from b"": rows of salted keys (a migration under way) sort before these.
+            return [(bytes([MAX_USER_BUCKETS]), None)]
+        return [(bytes([b]), bytes([b + 1])) for b in range(self.buckets)]
+
+    def split_keys(self) -> list[bytes]:
+        """Region boundaries that give each bucket a region of its own (HBase ``SPLITS``)."""
+        return [bytes([b]) for b in range(1, self.buckets)]
+
+    def owner(self, key: bytes, keyed: str) -> str | None:
+        """The name a key of this format belongs to, for a table keyed ``keyed``
+        (:data:`ROW_KEYED` or :data:`PREFIX_KEYED`); None if ``key`` is not of this format."""
+        if not key or (key[0] < MAX_USER_BUCKETS) != self.salted:
+            return None
+        body = key[1:] if self.salted else key
+        if keyed == PREFIX_KEYED:
+            if SEP not in body:
+                return None
+            body = body.split(SEP, 1)[0]
+        try:
+            name = body.decode()
+        except UnicodeDecodeError:
+            return None
+        return name if self.salt(name) == key[:len(self.salt(name))] else None
+
+    def rekey(self, key: bytes, keyed: str, target: UserKeys) -> bytes | None:
+        """``key`` (of this format) as ``target`` writes it; None if it is not of this format."""
+        name = self.owner(key, keyed)
+        if name is None:
+            return None
+        return target.salt(name) + key[len(self.salt(name)):]
+
+    def marker(self) -> bytes:
+        """How the format is recorded in the store (:data:`USER_KEY_MARKER`)."""
+        return b"salted:%d" % self.buckets if self.buckets else b"plain"
+
+    @classmethod
+    def from_marker(cls, raw: bytes) -> UserKeys:
+        if raw == b"plain":
+            return cls(0)
+        kind, _, count = raw.partition(b":")
+        if kind != b"salted" or not count.isdigit() or not 1 <= int(count) <= MAX_USER_BUCKETS:
+            raise ValueError(f"unknown user key format in the store: {raw!r}")
+        return cls(int(count))
+
+    def describe(self) -> str:
+        return f"salted, {self.buckets} bucket(s)" if self.buckets else "unsalted (before 0027)"

@@ -106,7 +106,9 @@ class Mailbox:
 
 
 class Mailboxes:
-    def __init__(self, backend: Backend, clock: Callable[[], float] = time.time):
+    def __init__(self, backend: Backend, clock: Callable[[], float] = time.time,
+                 user_keys: keys.UserKeys | None = None):
+        self.keys = user_keys or keys.UserKeys()
         self.rows = backend.table(MAILBOXES.name)
         self.index = backend.table(MAILBOX_INDEX.name)
         self.subs = backend.table(SUBSCRIPTIONS.name)
@@ -141,7 +143,7 @@ class Mailboxes:
         # changing the mailbox row; delete marks the row before dropping the index row).
         # That saves the index read on every delivery and APPEND by name.
         if uniform:
-            mailbox_id = self.index.row(keys.index_key(user, name), [b"i:id"]).get(b"i:id")
+            mailbox_id = self.index.row(self.keys.index_key(user, name), [b"i:id"]).get(b"i:id")
             mailbox = self._named(mailbox_id if mailbox_id else keys.NO_MAILBOX, user, name)
             if mailbox is None:
                 raise NotFound(f"no such mailbox: {name}")
@@ -152,7 +154,7 @@ class Mailboxes:
             if mailbox:
                 return mailbox
             self._ids.pop((user, name), None)
-        mailbox_id = self.index.row(keys.index_key(user, name), [b"i:id"]).get(b"i:id")
+        mailbox_id = self.index.row(self.keys.index_key(user, name), [b"i:id"]).get(b"i:id")
         mailbox = self._named(mailbox_id, user, name) if mailbox_id else None
         if mailbox is None:
             if mailbox_id:
@@ -172,15 +174,15 @@ class Mailboxes:
 
     def list(self, user: str, under: str | None = None) -> list[Mailbox]:
         """The user's live mailboxes sorted by name; only descendants of ``under`` if given."""
-        prefix = (keys.children_index_prefix(user, names.normalize_mailbox(under))
-                  if under else keys.user_index_prefix(user))
+        prefix = (self.keys.children_index_prefix(user, names.normalize_mailbox(under))
+                  if under else self.keys.user_index_prefix(user))
         index = list(self.index.scan(prefix=prefix, columns=[b"i:id"]))
         found = self.rows.rows([r[b"i:id"] for _, r in index])
         by_id = {mid: row for mid, row in found}
         result = []
         for key, cells in index:
             row = by_id.get(cells[b"i:id"])
-            name = keys.index_key_name(key)
+            name = self.keys.index_key_name(key)
             if row and row.get(b"m:state") == LIVE and row[b"m:name"].decode() == name \
                     and row[b"m:owner"].decode() == user:
                 result.append(Mailbox.from_row(cells[b"i:id"], row))
@@ -209,7 +211,7 @@ class Mailboxes:
         # of the name removes (_undo_half_created): the CREATE was never acknowledged, so
         # undoing it is the recovery.  (The other order left a row no name reaches, which
         # only fsck could find: issue 16.)
-        index_key = keys.index_key(user, name)
+        index_key = self.keys.index_key(user, name)
         if not self.index.check_and_put(index_key, b"i:id", None, b"i:id", mailbox_id):
             existing = self._index_target(user, name)
             if existing is not None:
@@ -232,7 +234,7 @@ class Mailboxes:
         """An index row whose mailbox row does not exist at all: a CREATE died between its
         two writes (deletion and rename never leave one).  Remove it."""
         if not self.rows.row(mailbox_id, [b"m:state"]):
-            self.index.delete(keys.index_key(user, name))
+            self.index.delete(self.keys.index_key(user, name))
 
     def _index_target(self, user: str, name: str) -> Mailbox | None:
         try:
@@ -269,13 +271,13 @@ class Mailboxes:
             target = new + mailbox.name[len(old):]
             # New index row first (claims the name), then the mailbox row (the truth), then the
             # old index row.  A crash leaves at worst a stale index row that lookups ignore.
-            if not self.index.check_and_put(keys.index_key(user, target), b"i:id", None,
+            if not self.index.check_and_put(self.keys.index_key(user, target), b"i:id", None,
                                             b"i:id", mailbox.id):
                 if self._index_target(user, target) is not None:
                     raise AlreadyExists(f"mailbox already exists: {target}")
-                self.index.put(keys.index_key(user, target), {b"i:id": mailbox.id})
+                self.index.put(self.keys.index_key(user, target), {b"i:id": mailbox.id})
             self.rows.put(mailbox.id, {b"m:name": target.encode()})
-            self.index.delete(keys.index_key(user, mailbox.name))
+            self.index.delete(self.keys.index_key(user, mailbox.name))
             mailbox.name = target
             renamed.append(mailbox)
         return renamed
@@ -283,7 +285,7 @@ class Mailboxes:
     def mark_deleting(self, mailbox: Mailbox) -> None:
         """First step of deletion: the mailbox disappears from lookups and listings."""
         self.rows.put(mailbox.id, {b"m:state": DELETING})
-        self.index.delete(keys.index_key(mailbox.owner, mailbox.name))
+        self.index.delete(self.keys.index_key(mailbox.owner, mailbox.name))
 
     def set_special_use(self, mailbox_id: bytes, use: str | None) -> None:
         """Give a mailbox a special use, or with None take it away (RFC 6154 3, through
@@ -379,21 +381,21 @@ class Mailboxes:
 
     def subscribe(self, user: str, name: str) -> None:
         name = names.normalize_mailbox(name)
-        self.subs.put(keys.user_key(user), {b"s:" + name.encode(): b"1"})
+        self.subs.put(self.keys.user_key(user), {b"s:" + name.encode(): b"1"})
 
     def unsubscribe(self, user: str, name: str) -> None:
         name = names.normalize_mailbox(name)
         key = b"s:" + name.encode()
-        if key not in self.subs.row(keys.user_key(user), [key]):
+        if key not in self.subs.row(self.keys.user_key(user), [key]):
             raise NotFound(f"not subscribed: {name}")
-        self.subs.delete(keys.user_key(user), [key])
+        self.subs.delete(self.keys.user_key(user), [key])
 
     def subscriptions(self, user: str) -> list[str]:
-        row = self.subs.row(keys.user_key(user), [b"s"])
+        row = self.subs.row(self.keys.user_key(user), [b"s"])
         return sorted(col[2:].decode() for col in row)
 
     def drop_subscriptions(self, user: str) -> None:
-        self.subs.delete(keys.user_key(user))
+        self.subs.delete(self.keys.user_key(user))
 
 
 def describe(mailbox: Mailbox) -> dict:

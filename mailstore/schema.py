@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 
 from .backends.base import Backend
 from .content import DEFAULT_CHUNK
+from .keys import MAX_USER_BUCKETS, PREFIX_KEYED, ROW_KEYED, UserKeys
 
 COMPRESSIONS = ("snappy", "zstd", "gz", "none")
 
@@ -33,18 +34,30 @@ class Layout:
     compression: str = "snappy"
     mob: bool = False
     chunk_size: int = DEFAULT_CHUNK
+    user_buckets: int = 16
+    """Salt buckets of the user-name-keyed tables in a *new* store, each pre-split into that
+    many regions (docs/decisions/0027-salted-user-keys.md).  A store keeps the count it was
+    created with (recorded in it); this only proposes one."""
 
     def __post_init__(self):
         if self.compression not in COMPRESSIONS:
             raise ValueError(f"compression must be one of {', '.join(COMPRESSIONS)}")
         if not 1 <= self.regions <= 4096:
             raise ValueError("regions per table must be 1 to 4096")
+        if not 1 <= self.user_buckets <= MAX_USER_BUCKETS:
+            raise ValueError(f"user buckets must be 1 to {MAX_USER_BUCKETS}")
 
     @classmethod
     def from_config(cls, cfg) -> Layout:
         hbase = cfg["hbase"]
         return cls(regions=hbase["regions_per_table"], compression=hbase["compression"],
-                   mob=hbase["mob"], chunk_size=cfg["store"]["chunk_size"])
+                   mob=hbase["mob"], chunk_size=cfg["store"]["chunk_size"],
+                   user_buckets=hbase["user_buckets"])
+
+    @property
+    def user_keys(self) -> UserKeys:
+        """The key format a new store gets."""
+        return UserKeys(self.user_buckets)
 
     @property
     def mob_threshold(self) -> int:
@@ -68,12 +81,15 @@ class TableDef:
     that; see Backend.create_table)."""
     split: str | None = None
     """How HBase pre-splits the table: "uniform" (UniformSplit: keys start with random bytes,
-    a UUID4), "hex" (HexStringSplit: keys start with hex digits) or None (one region; the
-    user-name-keyed tables, whose names do not spread, see decision 0015)."""
+    a UUID4), "hex" (HexStringSplit: keys start with hex digits), "salt" (``SPLITS`` at the
+    salt buckets of the user-name-keyed tables, decision 0027) or None (one region)."""
     regions: int | None = None
     """Pre-split into this many regions instead of the configured ``regions_per_table``."""
     mob_family: str | None = None
     """The family whose big cells HBase keeps as MOBs when ``[hbase] mob = yes``."""
+    user_keyed: str | None = None
+    """keys.ROW_KEYED or keys.PREFIX_KEYED for a table keyed by user name (its keys come from
+    keys.UserKeys, in the store's format; ``mailadmin migrate-keys`` converts them)."""
 
     def family_options(self, layout: Layout | None = None) -> dict[str, dict[str, object]]:
         """Column family options by their happybase (Thrift1 ColumnDescriptor) names.
@@ -90,6 +106,8 @@ class TableDef:
     def region_count(self, layout: Layout | None = None) -> int:
         if self.split is None:
             return 1
+        if self.split == "salt":
+            return (layout or Layout()).user_buckets
         return self.regions or (layout or Layout()).regions
 
 
@@ -122,9 +140,13 @@ MAILBOXES = TableDef(
 MAILBOX_INDEX = TableDef(
     name="JAMES_MAILBOX_INDEX",
     purpose="(user, mailbox name) -> mailbox UUID, so no lookup or listing scans all mailboxes.",
-    row_key="user name UTF-8, NUL, mailbox name UTF-8",
+    row_key="salt byte, user name UTF-8, NUL, mailbox name UTF-8 (salt: decision 0027; "
+            "stores made before it have none)",
     families={"i": "i:id = mailbox UUID (created by check-and-put: one owner per name)"},
-    access="get by (user, name); prefix scan by user for LIST; by user+name+'/' for children",
+    access="get by (user, name); prefix scan by salt+user for LIST; by salt+user+name+'/' for "
+           "children",
+    split="salt",
+    user_keyed=PREFIX_KEYED,
 )
 
 MESSAGES = TableDef(
@@ -169,15 +191,17 @@ CONTENT = TableDef(
 SUBSCRIPTIONS = TableDef(
     name="JAMES_SUBSCRIPTIONS",
     purpose="The mailbox names a user is subscribed to (LSUB); names need not exist.",
-    row_key="user name UTF-8",
+    row_key="salt byte, user name UTF-8",
     families={"s": "one column per subscribed mailbox name (qualifier = name UTF-8)"},
     access="get of the whole row",
+    split="salt",
+    user_keyed=ROW_KEYED,
 )
 
 USERS = TableDef(
     name="JAMES_USERS",
     purpose="Accounts: password hash (scrypt, never plain text) and quota limits.",
-    row_key="user name UTF-8 (lower case)",
+    row_key="salt byte, user name UTF-8 (lower case)",
     families={
         "a": "account: pw (scrypt hash string), created; gen.names, gen.subs, gen.meta: "
              "change generations of the user's mailbox list, subscriptions and metadata "
@@ -185,9 +209,12 @@ USERS = TableDef(
         "l": "limits: storage, messages (8-byte counters; absent = unlimited); usage is the "
              "sum of the user's mailbox counters",
     },
-    access="get by name at login and delivery; prefix-free bounded scan for `user list`; "
-           "increment of a gen.* counter per CREATE/RENAME/DELETE/(UN)SUBSCRIBE; one "
-           "multi-get of the gen.* columns per NOTIFY poll tick",
+    access="get by name at login and delivery; one bounded scan per salt bucket, merged by "
+           "name, for `user list`; increment of a gen.* counter per "
+           "CREATE/RENAME/DELETE/(UN)SUBSCRIBE; one multi-get of the gen.* columns per NOTIFY "
+           "poll tick",
+    split="salt",
+    user_keyed=ROW_KEYED,
 )
 
 INTENTS = TableDef(
@@ -271,10 +298,10 @@ SIEVE_TRACKING = TableDef(
             "(RFC 7352), each with its expiry, taken as check-and-put claims; and each user's "
             "last runtime errors (RFC 5228 2.10.6) "
             "(docs/decisions/0025-sieve-execution.md).",
-    row_key="user name UTF-8 (lower case), 0x00, kind (v: vacation, d: duplicate), 0x00, "
-            "16 bytes of SHA-256 of the tracked key (user, sender and handle; or handle "
-            "and id); kind e (runtime error): 8-byte microseconds, 2-byte counter, 2 random "
-            "bytes",
+    row_key="salt byte, user name UTF-8 (lower case), 0x00, kind (v: vacation, d: "
+            "duplicate), 0x00, 16 bytes of SHA-256 of the tracked key (user, sender and "
+            "handle; or handle and id); kind e (runtime error): 8-byte microseconds, 2-byte "
+            "counter, 2 random bytes",
     families={
         "t": "t:x = expiry, 8-byte big-endian seconds since the epoch; a row past it counts "
              "as absent and is overwritten by the next claim or removed by a sweep; error "
@@ -283,6 +310,8 @@ SIEVE_TRACKING = TableDef(
     access="delivery: one get per vacation or duplicate test; one get and check-and-put "
            "per claim; a put and a prefix scan per runtime error (the last 20 kept); a "
            "prefix scan per user to sweep expired rows, a full scan by fsck",
+    split="salt",
+    user_keyed=PREFIX_KEYED,
 )
 
 METADATA = TableDef(
@@ -310,11 +339,13 @@ URLAUTH_KEYS = TableDef(
     purpose="URLAUTH mailbox access keys (RFC 4467 3.2, 3.4.1), one per user and mailbox; a URL is "
             "honoured only while the key it was made with is here "
             "(docs/decisions/0020-urlauth-keys.md).",
-    row_key="user name UTF-8, NUL, 16-byte mailbox UUID",
+    row_key="salt byte, user name UTF-8, NUL, 16-byte mailbox UUID",
     families={"k": "k:internal = the INTERNAL mechanism's secret (32 random bytes; made by "
                    "check-and-put on first GENURLAUTH, replaced by RESETKEY mailbox)"},
     access="one get per GENURLAUTH, URLFETCH and URLAUTH URL in CATENATE; prefix scan by user "
            "and row deletes for RESETKEY without a mailbox and for user deletion",
+    split="salt",
+    user_keyed=PREFIX_KEYED,
 )
 
 SIEVE_SCRIPTS = TableDef(
@@ -322,7 +353,7 @@ SIEVE_SCRIPTS = TableDef(
     purpose="Each user's Sieve scripts (RFC 5228), uploaded over ManageSieve (RFC 5804) or "
             "`mailadmin sieve put`, and which one is active "
             "(docs/decisions/0023-sieve-scripts-storage.md).",
-    row_key="user name UTF-8 (lower case)",
+    row_key="salt byte, user name UTF-8 (lower case)",
     families={
         "d": "d:dir = the directory (JSON: script name -> [text cell id, size in octets]; the "
              "active name or null); changed only by check-and-put, one per change of the "
@@ -334,6 +365,8 @@ SIEVE_SCRIPTS = TableDef(
     access="delivery: a get of d:dir and a get of the active script's text cell; ManageSieve "
            "and mailadmin: the same, plus a put of a new text and a check-and-put of d:dir per "
            "change",
+    split="salt",
+    user_keyed=ROW_KEYED,
 )
 
 ACL_INDEX = TableDef(
@@ -341,11 +374,13 @@ ACL_INDEX = TableDef(
     purpose="Who was granted rights on which mailbox (RFC 4314), so that 'the mailboxes of "
             "others USER may see' is one prefix scan (docs/decisions/0018-acl.md).  The "
             "mailbox row's ACL cells are the truth; a row here is a candidate only.",
-    row_key="grantee UTF-8 (a user name or 'anyone', '-' before either for negative "
-            "rights), NUL, 16-byte mailbox UUID",
+    row_key="salt byte (of the grantee), grantee UTF-8 (a user name or 'anyone', '-' "
+            "before either for negative rights), NUL, 16-byte mailbox UUID",
     families={"g": "g:r = b'1' (the rights themselves are read from the mailbox row)"},
     access="put before a grant's mailbox cell, deleted after a revocation's; prefix scan by "
            "grantee (and 'anyone') for LIST and NAMESPACE listings of shared mailboxes",
+    split="salt",
+    user_keyed=PREFIX_KEYED,
 )
 
 TEXT_INDEX = TableDef(
@@ -414,7 +449,13 @@ def _shell_create(name: str, table: TableDef, layout: Layout) -> str:
             attrs += ["IS_MOB => true", f"MOB_THRESHOLD => {layout.mob_threshold}"]
         specs.append("{" + ", ".join(attrs) + "}")
     regions = table.region_count(layout)
-    if regions > 1:     # the shell refuses NUMREGIONS below 2
+    if table.split == "salt" and regions > 1:
+        # One region per salt bucket; the split keys are binary, hence double-quoted (the
+        # shell is JRuby: "\x01" is the byte 0x01, '\x01' would be four characters).
+        points = ", ".join('"' + "".join(f"\\x{b:02x}" for b in key) + '"'
+                           for key in layout.user_keys.split_keys())
+        specs.append(f"{{SPLITS => [{points}]}}")
+    elif regions > 1:     # the shell refuses NUMREGIONS below 2
         specs.append(f"{{NUMREGIONS => {regions}, "
                      f"SPLITALGO => '{SPLIT_ALGORITHMS[table.split]}'}}")
     return f"create '{name}', " + ", ".join(specs)
@@ -429,7 +470,9 @@ def ddl(prefix: str = "", layout: Layout | None = None) -> str:
            f"regions_per_table = {layout.regions}, compression = {layout.compression}, "
            f"mob = {'yes' if layout.mob else 'no'}"
            + (f" (threshold {layout.mob_threshold} bytes, chunk_size {layout.chunk_size})"
-              if layout.mob else ""), ""]
+              if layout.mob else "") + f", user_buckets = {layout.user_buckets}",
+           "# Then run `mailadmin init-schema` once: it records the user key format (salted,",
+           f"# {layout.user_buckets} buckets) in the new store (docs/decisions/0027).", ""]
     for t in TABLES:
         name = f"{prefix}_{t.name}" if prefix else t.name
         out.append(f"# {name}: {t.purpose}")

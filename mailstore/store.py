@@ -15,7 +15,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
-from . import keys, names
+from . import keyformat, keys, names
 from .acl import ANYONE, SHARED_OWNER, Grants, flag_changeable, public_name
 from .backends import open_backend
 from .backends.base import Backend, Mutation, decode_counter, delete_rows
@@ -120,12 +120,15 @@ class MailStore:
         self.backend = backend
         if create_tables:
             create_schema(backend, layout)
+        # The store's user key format, recorded in it (a new store takes the configured
+        # buckets; one made before salting stays unsalted): docs/decisions/0027.
+        self.user_keys = keyformat.settle(backend, (layout or Layout()).user_keys)
         self.max_message_size = max_message_size
         self.clock = clock
         self.content = ContentStore(backend.table("JAMES_CONTENT"), chunk_size, read_ahead, clock,
                                     releases=backend.table(INTENTS.name), grace=release_grace)
-        self.mailboxes = Mailboxes(backend, clock)
-        self.users = Users(backend, clock)
+        self.mailboxes = Mailboxes(backend, clock, self.user_keys)
+        self.users = Users(backend, clock, self.user_keys)
         self.messages = Messages(backend, self.mailboxes, self.content, clock, sleep,
                                  abandon_after)
         self.changes = ChangeLog(backend, clock, abandon_after)
@@ -133,10 +136,11 @@ class MailStore:
                                    self.users, clock, intent_timeout, self.changes)
         self.indexes = Indexes(backend, self.messages, self.changes)
         self.sort_cache = SortKeyCache(self.messages)
-        self.urlauth = UrlauthKeys(backend)
-        self.grants = Grants(backend)
+        self.urlauth = UrlauthKeys(backend, self.user_keys)
+        self.grants = Grants(backend, self.user_keys)
         self._sieve_scripts = SieveScripts(backend, limits=sieve_limits, clock=clock,
-                                           user_exists=self.users.get)
+                                           user_exists=self.users.get,
+                                           user_keys=self.user_keys)
         self.metadata = Metadata(backend)
         self.annotations = Annotations(self.metadata, self.mailboxes)
         self.annotations.computed[SIEVE_LOG] = lambda user: self.sieve_errors.text(user)
@@ -152,13 +156,13 @@ class MailStore:
     def sieve_tracking(self):
         """Vacation replies sent and duplicate ids seen by Sieve (mailstore/sieve/tracking.py)."""
         from .sieve.tracking import SieveTracking  # sieve imports sievelib: only when used
-        return SieveTracking(self.backend, self.clock)
+        return SieveTracking(self.backend, self.clock, self.user_keys)
 
     @functools.cached_property
     def sieve_errors(self):
         """Each user's last Sieve runtime errors (mailstore/sieve/errorlog.py)."""
         from .sieve.errorlog import SieveErrorLog
-        return SieveErrorLog(self.backend, self.clock)
+        return SieveErrorLog(self.backend, self.clock, self.user_keys)
 
     def _bump(self, user: str, column: bytes) -> None:
         """Announce a change of ``user``'s mailbox list, subscriptions or annotations (what

@@ -34,17 +34,18 @@ def internal_verifier(key: bytes, rump: str) -> str:
 class UrlauthKeys:
     """The access keys of every user, over one backend table."""
 
-    def __init__(self, backend: Backend):
+    def __init__(self, backend: Backend, user_keys: keys.UserKeys | None = None):
         self.rows = backend.table(URLAUTH_KEYS.name)
+        self.keys = user_keys or keys.UserKeys()
 
     def get(self, user: str, mailbox_id: bytes) -> bytes | None:
         """``user``'s key for the mailbox, or None when there is none (never made, or reset)."""
-        return self.rows.row(keys.urlauth_key(user, mailbox_id), [KEY_COLUMN]).get(KEY_COLUMN)
+        return self.rows.row(self.keys.urlauth_key(user, mailbox_id), [KEY_COLUMN]).get(KEY_COLUMN)
 
     def get_or_create(self, user: str, mailbox_id: bytes) -> bytes:
         """The key, made now if there is none (GENURLAUTH, RFC 4467 7.2).  Two sessions
         making one at once agree on one by check-and-put: the loser reads the winner's."""
-        row = keys.urlauth_key(user, mailbox_id)
+        row = self.keys.urlauth_key(user, mailbox_id)
         key = self.get(user, mailbox_id)
         if key is not None:
             return key
@@ -58,12 +59,12 @@ class UrlauthKeys:
 
     def reset(self, user: str, mailbox_id: bytes) -> None:
         """RESETKEY mailbox (RFC 4467 7.1): a new key for the mailbox, revoking the old one."""
-        self.rows.put(keys.urlauth_key(user, mailbox_id), {KEY_COLUMN: os.urandom(KEY_BYTES)})
+        self.rows.put(self.keys.urlauth_key(user, mailbox_id), {KEY_COLUMN: os.urandom(KEY_BYTES)})
 
     def drop(self, user: str, mailbox_id: bytes) -> None:
         """Forget the key of one mailbox (it is being deleted)."""
-        self.rows.delete(keys.urlauth_key(user, mailbox_id))
+        self.rows.delete(self.keys.urlauth_key(user, mailbox_id))
 
     def reset_all(self, user: str) -> int:
         """RESETKEY without arguments (RFC 4467 7.1): remove every key of ``user``; how many."""
-        return delete_rows(self.rows, prefix=keys.urlauth_user_prefix(user))
+        return delete_rows(self.rows, prefix=self.keys.urlauth_user_prefix(user))

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import heapq
 import hmac
 import os
 import time
@@ -114,8 +115,10 @@ class VerifiedCache:
 
 
 class Users:
-    def __init__(self, backend: Backend, clock: Callable[[], float] = time.time):
+    def __init__(self, backend: Backend, clock: Callable[[], float] = time.time,
+                 user_keys: keys.UserKeys | None = None):
         self.table = backend.table(USERS.name)
+        self.keys = user_keys or keys.UserKeys()
         self.clock = clock
         self.cache = VerifiedCache(clock)
 
@@ -126,14 +129,15 @@ class Users:
             # not be told apart from it.
             raise InvalidName("'anyone' is reserved (the ACL identifier of every user)")
         pw = hash_password(password) if password else "!"  # "!" never verifies
-        if not self.table.check_and_put(keys.user_key(user), PASSWORD, None, PASSWORD, pw.encode()):
+        row = self.keys.user_key(user)
+        if not self.table.check_and_put(row, PASSWORD, None, PASSWORD, pw.encode()):
             raise AlreadyExists(f"user already exists: {user}")
-        self.table.put(keys.user_key(user), {CREATED: encode_counter(int(self.clock()))})
+        self.table.put(row, {CREATED: encode_counter(int(self.clock()))})
         return user
 
     def get(self, name: str) -> User:
         user = names.normalize_user(name)
-        row = self.table.row(keys.user_key(user))
+        row = self.table.row(self.keys.user_key(user))
         if PASSWORD not in row:
             raise NotFound(f"no such user: {user}")
         return User.from_row(user, row)
@@ -151,7 +155,8 @@ class Users:
             user = names.normalize_user(name)
         except InvalidName:
             user = None
-        stored = self.table.row(keys.user_key(user), [PASSWORD]).get(PASSWORD) if user else None
+        stored = (self.table.row(self.keys.user_key(user), [PASSWORD]).get(PASSWORD)
+                  if user else None)
         if stored and self.cache.hit(user, stored, password):
             return user
         ok = verify_password(password, stored.decode() if stored else _dummy_hash())
@@ -161,29 +166,35 @@ class Users:
 
     def set_password(self, name: str, password: str) -> None:
         user = self.get(name).name
-        self.table.put(keys.user_key(user), {PASSWORD: hash_password(password).encode()})
+        self.table.put(self.keys.user_key(user), {PASSWORD: hash_password(password).encode()})
 
     def bump(self, name: str, column: bytes) -> None:
         """Move one of the user's change generations on (:data:`GENERATIONS`): called after
         the change it announces, so a reader that sees the new number sees the change."""
-        self.table.increment(keys.user_key(names.normalize_user(name)), column, 1)
+        self.table.increment(self.keys.user_key(names.normalize_user(name)), column, 1)
 
     def generations(self, users: list[str]) -> dict[str, tuple[int, int, int]]:
         """(names, subscriptions, metadata) generations of each user, in one multi-get; 0 for
         those never moved (and for users that do not exist)."""
         out = {u: (0, 0, 0) for u in users}
-        for key, row in self.table.rows([keys.user_key(u) for u in users], list(GENERATIONS)):
-            out[key.decode()] = tuple(decode_counter(row.get(c)) for c in GENERATIONS)
+        for key, row in self.table.rows([self.keys.user_key(u) for u in users],
+                                        list(GENERATIONS)):
+            out[self.keys.user_key_name(key)] = tuple(decode_counter(row.get(c))
+                                                      for c in GENERATIONS)
         return out
 
     def list(self) -> list[User]:
-        # Bounded at both ends: user names start with [a-z0-9] (names.py).
-        return [User.from_row(key.decode(), row)
-                for key, row in self.table.scan(start=b"0", stop=b"{")
+        """Every account, sorted by name: one bounded scan per salt bucket (each sorted by
+        name), merged (docs/decisions/0027)."""
+        name = self.keys.user_key_name
+        buckets = [((name(key), row) for key, row in self.table.scan(start=start, stop=stop))
+                   for start, stop in self.keys.bucket_ranges()]
+        return [User.from_row(user, row)
+                for user, row in heapq.merge(*buckets, key=lambda item: item[0])
                 if PASSWORD in row]
 
     def delete_row(self, name: str) -> None:
-        self.table.delete(keys.user_key(names.normalize_user(name)))
+        self.table.delete(self.keys.user_key(names.normalize_user(name)))
 
     def set_quota(self, name: str, storage: int | None, messages: int | None) -> None:
         user = self.get(name).name
@@ -194,7 +205,7 @@ class Users:
             else:
                 puts[col] = encode_counter(value)
         from .backends.base import Mutation
-        self.table.mutate_rows([Mutation(keys.user_key(user), puts=puts, deletes=deletes)])
+        self.table.mutate_rows([Mutation(self.keys.user_key(user), puts=puts, deletes=deletes)])
 
 
 @dataclass(frozen=True)

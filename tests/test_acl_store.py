@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from mailstore import keys, sharing
+from mailstore import sharing
 from mailstore.acl import ALL_RIGHTS, SHARED_OWNER, format_rights, parse_rights, rights_of
 from mailstore.errors import InvalidName, NotFound, OverQuota, PermissionDenied
 from mailstore.schema import ACL_INDEX
@@ -156,7 +156,7 @@ def test_setacl_modes_and_deleteacl(store):
     sharing.delete_acl(store, "alice", "Team", "bob")
     assert store.mailbox("alice", "Team").acl == {}
     index = store.backend.table(ACL_INDEX.name)
-    assert list(index.scan(prefix=keys.acl_index_prefix("bob"))) == []
+    assert list(index.scan(prefix=store.user_keys.acl_index_prefix("bob"))) == []
     with pytest.raises(InvalidName):
         sharing.set_acl(store, "alice", "Team", "Bad Name!", "l")
 
@@ -289,9 +289,9 @@ def test_fsck_repairs_the_grant_index_both_ways(store):
     grant(store, "lr")
     team = store.mailbox("alice", "Team")
     index = store.backend.table(ACL_INDEX.name)
-    index.delete(keys.acl_index_key("bob", team.id))          # lost index row
+    index.delete(store.user_keys.acl_index_key("bob", team.id))          # lost index row
     secret = store.mailbox("alice", "Secret")
-    index.put(keys.acl_index_key("carol", secret.id), {b"g:r": b"1"})  # stale index row
+    index.put(store.user_keys.acl_index_key("carol", secret.id), {b"g:r": b"1"})  # stale index row
     assert OTHER not in {m.name for m, _ in sharing.visible_mailboxes(store, "bob")}
     report = Fsck(store).run()
     assert sorted(p.detail for p in report.problems) == [

@@ -182,7 +182,6 @@ def test_sieve_rows_checked_and_repaired(data_dir):
     scripts and tracking rows of a user deleted behind the store's back are found, and
     repaired through the directory's check-and-put; expired tracking rows (RFC 5230 4.2
     periods over) are no problem but --repair sweeps them."""
-    from mailstore import keys
     from mailstore.sieve import tracking
     from mailstore.sievescripts import DIRECTORY, SCRIPT_FAMILY
 
@@ -193,7 +192,7 @@ def test_sieve_rows_checked_and_repaired(data_dir):
     store.sieve_scripts.put("cat", "spare", "discard;\n")
     store.sieve_scripts.activate("cat", "main")
     table = store.sieve_scripts.table
-    row = keys.user_key("cat")
+    row = store.user_keys.user_key("cat")
     cells = table.row(row)
     main_cell = [c for c in cells if c.startswith(SCRIPT_FAMILY + b":")
                  and cells[c] == b"keep;\n"][0]
@@ -202,7 +201,7 @@ def test_sieve_rows_checked_and_repaired(data_dir):
     store.sieve_scripts.put("dan", "x", "keep;\n")
     store.sieve_tracking.claim("dan", tracking.VACATION, "k", 86400)
     store.sieve_tracking.claim("cat", tracking.VACATION, "old", 1)
-    store.users.table.delete(keys.user_key("dan"))          # dan gone, his rows left
+    store.users.table.delete(store.user_keys.user_key("dan"))          # dan gone, his rows left
     store.close()
     status, report = fsck(data_dir)
     assert status == 1

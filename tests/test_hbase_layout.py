@@ -48,6 +48,18 @@ FAMILY_ATTRS = {
 }
 TABLE_ATTRS = {"NUMREGIONS": r"([2-9]|[1-9][0-9]+)",
                "SPLITALGO": r"'(UniformSplit|HexStringSplit)'"}
+# Explicit split points (`create 't1', 'f1', SPLITS => ['10', '20', '30', '40']`), binary ones
+# double-quoted with \xNN escapes: JRuby makes "\x01" the one byte 0x01.
+SPLIT_POINT = r'"(\\x[0-9a-f]{2})+"'
+
+
+def split_points(value: str) -> list[bytes]:
+    """The keys of a ``SPLITS => [...]`` value, as the shell would read them."""
+    assert value.startswith("[") and value.endswith("]"), value
+    points = value[1:-1].split(", ")
+    for point in points:
+        assert re.fullmatch(SPLIT_POINT, point), point
+    return [bytes.fromhex(p[1:-1].replace("\\x", "")) for p in points]
 
 
 def parse_create(line: str) -> tuple[str, list[dict[str, str]]]:
@@ -60,7 +72,8 @@ def parse_create(line: str) -> tuple[str, list[dict[str, str]]]:
         m = re.match(r"\{([^{}]*)\}(, )?", rest)
         assert m, f"not a hash: {rest!r}"
         attrs = {}
-        for pair in m.group(1).split(", "):
+        splits = re.fullmatch(r"SPLITS => (\[[^\[\]]*\])", m.group(1))
+        for pair in [m.group(1)] if splits else m.group(1).split(", "):
             key, _, value = pair.partition(" => ")
             assert key not in attrs, f"{key} twice in {line}"
             attrs[key] = value
@@ -89,6 +102,11 @@ def check_shell_script(text: str) -> dict[str, list[dict[str, str]]]:
                     (line, key, value)
             assert ("IS_MOB" in fam) == ("MOB_THRESHOLD" in fam), line
         for opts in options:
+            if "SPLITS" in opts:
+                assert set(opts) == {"SPLITS"}, line
+                points = split_points(opts["SPLITS"])
+                assert points == sorted(set(points)) and b"" not in points, line
+                continue
             assert set(opts) == set(TABLE_ATTRS), line
             for key, value in opts.items():
                 assert re.fullmatch(TABLE_ATTRS[key], value), (line, key, value)
@@ -107,17 +125,26 @@ def test_the_checked_in_script_is_shell_syntax_and_creates_each_table_once():
             sorted(f"site_{t.name}" for t in TABLES)
 
 
-def test_uuid_tables_are_pre_split_and_user_tables_are_not():
-    """UniformSplit for keys that start with a random UUID; the user-name-keyed tables stay
-    one region (their names do not spread: decision 0015 has the salting plan), and so does
-    the outgoing queue (time-ordered keys of a short queue: decision 0024)."""
-    created = check_shell_script(ddl(layout=Layout(regions=48)))
-    assert {t.name for t in (MAILBOX_INDEX, USERS, SUBSCRIPTIONS, SIEVE_SCRIPTS, OUTBOX)} <= \
-        {t.name for t in TABLES if t.split is None}
+USER_TABLES = (MAILBOX_INDEX, USERS, SUBSCRIPTIONS, URLAUTH_KEYS, SIEVE_SCRIPTS, ACL_INDEX,
+               SIEVE_TRACKING)
+
+
+def test_uuid_tables_are_pre_split_and_user_tables_on_their_salt_buckets():
+    """UniformSplit for keys that start with a random UUID; the user-name-keyed tables split
+    at their salt buckets, one region each (decision 0027: a salt byte 0..N-1 leads every key),
+    and the outgoing queue stays one region (time-ordered keys of a short queue: 0024)."""
+    created = check_shell_script(ddl(layout=Layout(regions=48, user_buckets=12)))
+    assert {t.name for t in TABLES if t.user_keyed} == {t.name for t in USER_TABLES}
+    assert [t.name for t in TABLES if t.split is None] == [OUTBOX.name]
     for table in TABLES:
         split = [h for h in created[table.name] if "NAME" not in h]
-        if table in (MAILBOX_INDEX, USERS, SUBSCRIPTIONS, OUTBOX, URLAUTH_KEYS, SIEVE_SCRIPTS,
-                     ACL_INDEX, SIEVE_TRACKING):
+        if table in USER_TABLES:
+            assert len(split) == 1 and set(split[0]) == {"SPLITS"}, table.name
+            points = split_points(split[0]["SPLITS"])
+            assert points == [bytes([b]) for b in range(1, 12)], table.name
+            assert points == Layout(user_buckets=12).user_keys.split_keys()
+            assert table.region_count(Layout(user_buckets=12)) == 12
+        elif table is OUTBOX:
             assert split == [], table.name
         else:
             assert split == [{"NUMREGIONS": "48", "SPLITALGO": "'UniformSplit'"}], table.name
@@ -129,6 +156,13 @@ def test_uuid_tables_are_pre_split_and_user_tables_are_not():
     assert flags["'f'"].get("IN_MEMORY") == "'true'" and "IN_MEMORY" not in flags["'m'"]
     assert all("NUMREGIONS" not in h for h in check_shell_script(ddl(layout=Layout(regions=1)))
                ["JAMES_MESSAGES"])
+    one = check_shell_script(ddl(layout=Layout(user_buckets=1)))   # no SPLITS => []
+    assert all("SPLITS" not in h for h in one[USERS.name])
+    # The checked-in script: the default 16 buckets.
+    with open(os.path.join(os.path.dirname(__file__), "..", "hbase-schema", "schema.hbase")) as f:
+        checked_in = check_shell_script(f.read())
+    assert split_points(checked_in[USERS.name][-1]["SPLITS"]) == [bytes([b])
+                                                                 for b in range(1, 16)]
 
 
 @pytest.mark.parametrize("chunk_size, threshold", [(65536, 32768), (262144, 102400),
@@ -154,20 +188,24 @@ def test_layout_settings_are_validated_by_name(tmp_path):
                         ("[hbase]\ncompression = SNAPPY\n", "hbase.compression"),
                         ("[hbase]\nregions_per_table = 0\n", "hbase.regions_per_table"),
                         ("[hbase]\nregions_per_table = 5000\n", "hbase.regions_per_table"),
-                        ("[hbase]\nmob = maybe\n", "hbase.mob")):
+                        ("[hbase]\nmob = maybe\n", "hbase.mob"),
+                        ("[hbase]\nuser_buckets = 0\n", "hbase.user_buckets"),
+                        ("[hbase]\nuser_buckets = 33\n", "hbase.user_buckets")):
         conf.write_text(text)
         with pytest.raises(config.ConfigError, match=named):
             config.load(str(conf))
     conf.write_text("[store]\nbackend = hbase\nchunk_size = 65536\n"
-                    "[hbase]\nregions_per_table = 8\ncompression = zstd\nmob = yes\n")
+                    "[hbase]\nregions_per_table = 8\ncompression = zstd\nmob = yes\n"
+                    "user_buckets = 4\n")
     cfg = config.load(str(conf))
     assert Layout.from_config(cfg) == Layout(regions=8, compression="zstd", mob=True,
-                                             chunk_size=65536)
+                                             chunk_size=65536, user_buckets=4)
     assert not set(config.LAYOUT_KEYS) & set(cfg.backend_options()[1])
     out = run("init-schema", "--print", "--config", str(conf), data_dir=None)
     assert out.returncode == 0, out.stderr
     assert "NUMREGIONS => 8" in out.stdout and "COMPRESSION => 'ZSTD'" in out.stdout
     assert "MOB_THRESHOLD => 32768" in out.stdout
+    assert 'SPLITS => ["\\x01", "\\x02", "\\x03"]' in out.stdout
 
 
 def test_init_schema_over_thrift_sends_the_family_options_and_says_what_it_cannot(tmp_path):

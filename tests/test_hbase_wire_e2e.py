@@ -11,6 +11,8 @@ import shutil
 import subprocess
 import sys
 
+from mailstore.admin.store_cmd import shell_bytes
+from mailstore.schema import Layout
 from tests.imapproc import Client, ServerProcess
 
 
@@ -47,7 +49,9 @@ def test_init_schema_user_and_imap_over_thrift(tmp_path, hbase_store):
         assert lines[0] == b"* 1 FETCH (BODY[] {11}\r\nhello world)"
         client.close()
     scan = mailadmin("hbase", "scan", "JAMES_USERS", *hbase)
-    assert scan.returncode == 0 and " hank column=a:pw" in scan.stdout
+    # The row key is hank's salt byte, then the name (docs/decisions/0027).
+    salt = shell_bytes(Layout().user_keys.salt("hank"))
+    assert scan.returncode == 0 and f" {salt}hank column=a:pw" in scan.stdout
     assert outside(hbase_store) == before
 
 

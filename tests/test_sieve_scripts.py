@@ -39,7 +39,7 @@ def test_put_get_list_and_replace(store):
     scripts.put("alice", "a", "discard;")
     assert scripts.get("alice", "a") == "discard;"
     # The replaced text's cell is gone: one text cell per script.
-    row = store.backend.table(SIEVE_SCRIPTS.name).row(b"alice")
+    row = store.backend.table(SIEVE_SCRIPTS.name).row(store.user_keys.user_key("alice"))
     assert len([c for c in row if c.startswith(b"s:")]) == 2
 
 
@@ -79,8 +79,8 @@ def test_the_active_script_cannot_be_deleted(store):
     assert scripts.list("alice") == []
     with pytest.raises(NotFound):
         scripts.delete("alice", "s")
-    assert not [c for c in store.backend.table(SIEVE_SCRIPTS.name).row(b"alice")
-                if c.startswith(b"s:")]
+    row = store.backend.table(SIEVE_SCRIPTS.name).row(store.user_keys.user_key("alice"))
+    assert not [c for c in row if c.startswith(b"s:")]
 
 
 def test_rename_refuses_a_taken_name_and_a_missing_script(store):
@@ -143,17 +143,17 @@ def test_names_and_users_are_checked(store):
 def test_delete_user_removes_their_scripts(store):
     store.sieve_scripts.put("alice", "a", "keep;")
     store.delete_user("alice")
-    assert store.backend.table(SIEVE_SCRIPTS.name).row(b"alice") == {}
+    assert store.backend.table(SIEVE_SCRIPTS.name).row(store.user_keys.user_key("alice")) == {}
 
 
 def test_leftover_text_cells_of_a_dead_writer_are_swept(store):
     """A writer that died between writing a text and the directory's check-and-put leaves a
     cell nobody names; the next put removes it once it is old (decision 0023)."""
     table = store.backend.table(SIEVE_SCRIPTS.name)
-    table.put(b"alice", {b"s:000000000001" + b"0" * 16: b"orphan",
+    table.put(store.user_keys.user_key("alice"), {b"s:000000000001" + b"0" * 16: b"orphan",
                          b"s:" + b"f" * 28: b"in flight"})
     store.sieve_scripts.put("alice", "a", "keep;")
-    cells = [c for c in table.row(b"alice") if c.startswith(b"s:")]
+    cells = [c for c in table.row(store.user_keys.user_key("alice")) if c.startswith(b"s:")]
     assert len(cells) == 2 and b"s:" + b"f" * 28 in cells
 
 
@@ -213,5 +213,5 @@ def test_concurrent_uploads_keep_the_script_limit(connect):
         t.join()
     assert len(stores[0].sieve_scripts.list("carol")) == 5
     assert len(refused) == 7
-    row = stores[0].backend.table(SIEVE_SCRIPTS.name).row(b"carol")
+    row = stores[0].backend.table(SIEVE_SCRIPTS.name).row(stores[0].user_keys.user_key("carol"))
     assert len([c for c in row if c.startswith(b"s:")]) == 5

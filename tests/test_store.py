@@ -57,7 +57,7 @@ def test_new_user_has_inbox_and_special_use_folders(store, alice):
 
 
 def test_password_is_never_stored_in_clear(store, alice):
-    row = store.users.table.row(keys.user_key(alice))
+    row = store.users.table.row(store.user_keys.user_key(alice))
     assert all(b"secret" not in value for value in row.values())
     assert row[b"a:pw"].startswith(b"scrypt$")
 

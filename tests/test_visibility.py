@@ -314,7 +314,7 @@ def test_fsck_finds_and_repairs_injected_damage(store, clock):
     orphan.commit()
     view = store.fetch(inbox, [2])[0]                             # a refcount too low
     store.content.table.increment(view.record.content, b"r:refs", 2)
-    store.mailboxes.index.put(keys.index_key(user, "Ghost"), {b"i:id": b"\x01" * 16})
+    store.mailboxes.index.put(store.user_keys.index_key(user, "Ghost"), {b"i:id": b"\x01" * 16})
     report = Fsck(store).run()
     kinds = sorted(p.kind for p in report.problems)
     assert kinds == ["content", "content", "counter", "index"], report.problems

@@ -1,4 +1,4 @@
-"""mailadmin init-schema, fsck, stats and hbase scan: the store as a whole."""
+"""mailadmin init-schema, migrate-keys, fsck, stats and hbase scan: the store as a whole."""
 
 from __future__ import annotations
 
@@ -6,8 +6,11 @@ import json
 import sys
 from collections import Counter
 
+from .. import keyformat
+from ..keys import MAX_USER_BUCKETS, UserKeys
 from ..schema import TABLES, THRIFT_CANNOT, Layout, create_schema, ddl
 from .output import EXIT_OK, EXIT_PROBLEMS, UsageError, emit, fields, size
+from .progress import Progress
 
 
 def register(sub, common) -> None:
@@ -16,6 +19,20 @@ def register(sub, common) -> None:
     init.add_argument("--print", action="store_true",
                       help="print the HBase shell DDL instead of running it")
     init.set_defaults(func=init_schema)
+
+    migrate = sub.add_parser(
+        "migrate-keys", parents=[common],
+        help="convert the user-name-keyed rows to salted keys (servers stopped)",
+        description="Copies every row of the tables keyed by user name to its salted key, "
+        "records the new format in the store (the commit point), then removes the old rows "
+        "(docs/decisions/0027-salted-user-keys.md).  Stop every imapserver first: a server "
+        "still running keeps the old keys.  Safe to run again after an interruption.")
+    migrate.add_argument("--buckets", type=int,
+                         help=f"salt buckets, 1 to {MAX_USER_BUCKETS} "
+                              "(default: [hbase] user_buckets)")
+    migrate.add_argument("--no-progress", action="store_true",
+                         help="no progress lines on standard error")
+    migrate.set_defaults(func=migrate_keys)
 
     fsck = sub.add_parser("fsck", parents=[common], help="check (and repair) the store",
                           description="Checks counters against rows, UID counters against "
@@ -49,6 +66,8 @@ def init_schema(ctx) -> int:
     backend = ctx.raw_backend()
     try:
         created = create_schema(backend, layout)
+        # Record the user key format now, at creation (a new store: the configured buckets).
+        user_keys = keyformat.settle(backend, layout.user_keys)
     finally:
         backend.close()
     # Over Thrift1 the tables get the family options but not the splits nor MOB: say so
@@ -56,9 +75,50 @@ def init_schema(ctx) -> int:
     short = [t.name for t in TABLES if t.name in created and cfg["store"]["backend"] == "hbase"
              and (t.region_count(layout) > 1 or (layout.mob and t.mob_family))]
     notes = [THRIFT_CANNOT] if short else []
-    emit(ctx.args, {"created": created, "tables": [t.name for t in TABLES], "notes": notes},
+    if user_keys != layout.user_keys:
+        notes.append(f"the store's user keys are {user_keys.describe()}: [hbase] user_buckets "
+                     f"= {layout.user_buckets} applies to new stores only; `mailadmin "
+                     f"migrate-keys --buckets {layout.user_buckets}` converts this one "
+                     "(servers stopped)")
+    emit(ctx.args, {"created": created, "tables": [t.name for t in TABLES],
+                    "user_keys": user_keys.marker().decode(), "notes": notes},
          lambda: "\n".join([f"{t.name}: {'created' if t.name in created else 'exists'}"
-                            for t in TABLES] + [f"note: {n}" for n in notes]))
+                            for t in TABLES] + [f"user keys: {user_keys.describe()}"]
+                           + [f"note: {n}" for n in notes]))
+    return EXIT_OK
+
+
+def migrate_keys(ctx) -> int:
+    args = ctx.args
+    buckets = args.buckets if args.buckets is not None else ctx.cfg["hbase"]["user_buckets"]
+    if not 1 <= buckets <= MAX_USER_BUCKETS:
+        raise UsageError(f"--buckets must be 1 to {MAX_USER_BUCKETS}: {buckets}")
+    target = UserKeys(buckets)
+    shown: list = []    # the progress line of the table being worked on
+
+    def progress(phase: str, table: str, rows: int) -> None:
+        label = f"{phase} {table}"
+        if not shown or shown[0] != label:
+            if shown:
+                shown[1].close()
+            shown[:] = [label, Progress(label, noun="rows", enabled=not args.no_progress)]
+        shown[1].update(rows)
+    backend = ctx.raw_backend()
+    try:
+        done = keyformat.migrate(backend, target, progress)
+        backend.sync()
+    finally:
+        if shown:
+            shown[1].close()
+        backend.close()
+
+    def render() -> str:
+        out = [f"user keys: {done['from']} -> {done['to']}"]
+        out += [f"{name}: {done['copied'].get(name, 0)} copied, "
+                f"{done['deleted'].get(name, 0)} old removed"
+                for name in sorted(set(done["copied"]) | set(done["deleted"]))]
+        return "\n".join(out)
+    emit(args, done, render)
     return EXIT_OK
 
 

@@ -23,6 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from ..backends.base import Backend, decode_counter, encode_counter
+from ..keys import UserKeys
 from ..metadata import SIEVE_LOG
 from ..schema import SIEVE_TRACKING
 from .tracking import EXPIRY
@@ -59,13 +60,15 @@ class LoggedError:
 class SieveErrorLog:
     """The last errors of each user's scripts.  ``clock``: seconds since the epoch."""
 
-    def __init__(self, backend: Backend, clock: Callable[[], float] = time.time):
+    def __init__(self, backend: Backend, clock: Callable[[], float] = time.time,
+                 user_keys: UserKeys | None = None):
         self.table = backend.table(SIEVE_TRACKING.name)
         self.clock = clock
+        self.keys = user_keys or UserKeys()
 
-    @staticmethod
-    def _prefix(user: str) -> bytes:
-        return user.lower().encode("utf-8") + b"\0" + KIND + b"\0"
+    def _prefix(self, user: str) -> bytes:
+        # The tracking table's key layout (keys.UserKeys: salted by user, decision 0027).
+        return self.keys.tracking_prefix(user.lower()) + KIND + b"\0"
 
     def add(self, user: str, script: str, line: int, message: str) -> None:
         """Record one error, then drop the oldest beyond :data:`MAX_ENTRIES`."""

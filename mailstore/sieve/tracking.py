@@ -19,6 +19,7 @@ import time
 from collections.abc import Callable
 
 from ..backends.base import Backend, decode_counter, encode_counter
+from ..keys import UserKeys
 from ..schema import SIEVE_TRACKING
 
 EXPIRY = b"t:x"
@@ -29,14 +30,15 @@ DUPLICATE = b"d"
 class SieveTracking:
     """Tracked keys per user, with expiry.  ``clock`` returns seconds since the epoch."""
 
-    def __init__(self, backend: Backend, clock: Callable[[], float] = time.time):
+    def __init__(self, backend: Backend, clock: Callable[[], float] = time.time,
+                 user_keys: UserKeys | None = None):
         self.table = backend.table(SIEVE_TRACKING.name)
         self.clock = clock
+        self.keys = user_keys or UserKeys()
 
-    @staticmethod
-    def _row(user: str, kind: bytes, key: str) -> bytes:
+    def _row(self, user: str, kind: bytes, key: str) -> bytes:
         digest = hashlib.sha256(key.encode("utf-8", "surrogatepass")).digest()[:16]
-        return user.lower().encode("utf-8") + b"\0" + kind + b"\0" + digest
+        return self.keys.tracking_key(user.lower(), kind, digest)
 
     def seen(self, user: str, kind: bytes, key: str) -> bool:
         """Whether ``key`` was recorded for ``user`` and has not expired."""
@@ -75,7 +77,7 @@ class SieveTracking:
 
     def sweep(self, user: str) -> int:
         """Remove ``user``'s expired rows; how many.  Called now and then by delivery."""
-        prefix = user.lower().encode("utf-8") + b"\0"
+        prefix = self.keys.tracking_prefix(user.lower())
         now = self.clock()
         gone = [key for key, row in self.table.scan(prefix=prefix, columns=[EXPIRY])
                 if decode_counter(row.get(EXPIRY)) <= now]
@@ -94,6 +96,6 @@ class SieveTracking:
         return len(gone)
 
     def delete_all(self, user: str) -> None:
-        prefix = user.lower().encode("utf-8") + b"\0"
+        prefix = self.keys.tracking_prefix(user.lower())
         for key, _row in self.table.scan(prefix=prefix, columns=[EXPIRY]):
             self.table.delete(key)
