@@ -39,7 +39,9 @@ minute does not fail.
 from __future__ import annotations
 
 import select
+import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from typing import TypeVar
 
@@ -360,6 +362,8 @@ class HBaseBackend(Backend):
         self._family_cache: dict[str, list[bytes]] = {}
         self._closed = False
         self._wait = int(timeout_ms) / 1000 if timeout_ms else None
+        self._calls: Counter[str] = Counter()
+        self._calls_lock = threading.Lock()
         try:
             # The pool connects its first connection now, so that a wrong address is reported
             # at start-up rather than at the first mail.
@@ -388,7 +392,7 @@ class HBaseBackend(Backend):
                 _reopen_if_dropped(conn)
                 try:
                     sent = True
-                    return call(conn)
+                    return call(_Counting(conn, self))
                 except _SERVER_ERRORS as exc:
                     # Raised as a non-Thrift exception so that the pool keeps the connection.
                     raise _ServerError(_message(exc)) from exc
@@ -419,6 +423,18 @@ class HBaseBackend(Backend):
 
     def _settle(self) -> None:
         time.sleep(self.delete_settle)
+
+    def _count(self, method: str) -> None:
+        with self._calls_lock:
+            self._calls[method] += 1
+
+    def round_trips(self) -> dict[str, int]:
+        """Thrift calls made so far by this backend, by Thrift method name (``mutateRows``,
+        ``atomicIncrement``, ``checkAndPut``, ...): each is one request and one answer on the
+        wire.  A snapshot; subtract two of them to count what an operation costs
+        (bench/store_bench.py does)."""
+        with self._calls_lock:
+            return dict(self._calls)
 
     def _families(self, name: str) -> list[bytes]:
         """The table's family names (cached: the schema does not change under a running store)."""
@@ -485,6 +501,37 @@ class HBaseBackend(Backend):
                 conn.close()
             except Exception:   # a socket that is already broken needs no closing
                 pass
+
+
+class _Counting:
+    """A pooled connection whose Thrift client counts the calls made through it (one per
+    round trip), for :meth:`HBaseBackend.round_trips`; everything else passes through."""
+
+    __slots__ = ("_conn", "client")
+
+    def __init__(self, conn: happybase.Connection, backend: HBaseBackend):
+        self._conn = conn
+        self.client = _CountingClient(conn.client, backend)
+
+    def __getattr__(self, name: str):
+        return getattr(self._conn, name)
+
+
+class _CountingClient:
+    __slots__ = ("_client", "_backend")
+
+    def __init__(self, client, backend: HBaseBackend):
+        self._client = client
+        self._backend = backend
+
+    def __getattr__(self, name: str):
+        method = getattr(self._client, name)
+        backend = self._backend
+
+        def counted(*args, **kwargs):
+            backend._count(name)
+            return method(*args, **kwargs)
+        return counted
 
 
 def _reopen_if_dropped(conn: happybase.Connection) -> None:
