@@ -118,15 +118,19 @@ def round_trips(backend) -> dict[str, int]:
 
 
 def per_op(backend, op, repeat: int) -> tuple[float, str]:
-    """Thrift round trips one call of ``op(i)`` makes, on average over ``repeat`` calls, and
-    their split by Thrift method."""
+    """Thrift round trips one call of ``op(i)`` makes and its time, on average over ``repeat``
+    calls, and the round trips' split by Thrift method.  With a gateway latency well above
+    the CPU time of a call, time / latency is the number of round trips waited for one after
+    the other."""
     before = round_trips(backend)
+    start = time.perf_counter()
     for i in range(repeat):
         op(i)
+    took = (time.perf_counter() - start) / repeat
     after = round_trips(backend)
     diff = {k: after.get(k, 0) - before.get(k, 0) for k in after}
     split = ", ".join(f"{k} {v / repeat:g}" for k, v in sorted(diff.items()) if v)
-    return sum(diff.values()) / repeat, split
+    return sum(diff.values()) / repeat, took, split
 
 
 def run_threads(count: int, work) -> float:
@@ -155,7 +159,7 @@ def wire(args) -> None:
     """Round trips per operation, and appends against raw puts with concurrent writers."""
     writers = [int(w) for w in args.writers.split(",")]
     rows: list[tuple[str, ...]] = []
-    trips: list[tuple[str, str, str]] = []
+    trips: list[tuple[str, str, str, str]] = []
     with tempfile.TemporaryDirectory() as tmp:
         backend, gateway = open_backend(args.backend, tmp, args.synchronous,
                                         args.latency_ms / 1000, pool_size=4 * max(writers))
@@ -183,8 +187,8 @@ def wire(args) -> None:
                 [("rt", "INBOX"), ("rt", "Other"), ("w0", "INBOX")], msg(i))),
         ]
         for name, op in ops:
-            n, split = per_op(backend, op, k)
-            trips.append((name, f"{n:g}", split))
+            n, took, split = per_op(backend, op, k)
+            trips.append((name, f"{n:g}", f"{took * 1000:.1f} ms", split))
         inbox = store.mailbox("rt", "INBOX")
         uids = store.uids(inbox)
         for name, op in [
@@ -193,8 +197,8 @@ def wire(args) -> None:
                 ("COPY one message", lambda i: store.copy(inbox, [uids[i]], other)),
                 ("MOVE one message", lambda i: store.move(inbox, [uids[k + i]], other)),
                 ("EXPUNGE one message", lambda i: store.expunge(inbox, [uids[2 * k + i]]))]:
-            n, split = per_op(backend, op, k)
-            trips.append((name, f"{n:g}", split))
+            n, took, split = per_op(backend, op, k)
+            trips.append((name, f"{n:g}", f"{took * 1000:.1f} ms", split))
 
         # -- appends against raw puts, W concurrent writers (each its own mailbox) -----------
         n = args.appends
@@ -230,8 +234,8 @@ def wire(args) -> None:
     print(f"\nbackend={args.backend} wire latency={args.latency_ms} ms "
           f"synchronous={args.synchronous} appends={args.appends} rounds={args.rounds}\n")
     if trips:
-        print("| operation | Thrift round trips | by method |")
-        print("|---|---|---|")
+        print("| operation | Thrift round trips | time (1 writer) | by method |")
+        print("|---|---|---|---|")
         for row in trips:
             print("| " + " | ".join(row) + " |")
         print()

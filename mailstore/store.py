@@ -448,12 +448,17 @@ class MailStore:
         else:
             mailbox = self.mailboxes.get(user, mailbox_name)
         user = mailbox.owner
-        self.check_quota(user, (size or 0) - credit_bytes, 1 - credit_messages)
-        stored = self.ingest(source)
+        allocated = None
+        if size is not None and size <= self.content.chunk_size:
+            stored, allocated = self._prepare(mailbox, source, size, flags, credit)
+        else:
+            # Checked first: content of more than a chunk is not written just to be refused.
+            self.check_quota(user, (size or 0) - credit_bytes, 1 - credit_messages)
+            stored = self.ingest(source)
         try:
             if size is None:
                 self.check_quota(user, stored.size - credit_bytes, 1 - credit_messages)
-            uid = self.add_stored(mailbox, stored, flags, internal_date)
+            uid = self.add_stored(mailbox, stored, flags, internal_date, allocated)
         except Unpublished:
             raise  # the message row holds the content's reference
         except BaseException:
@@ -461,10 +466,56 @@ class MailStore:
             raise
         return mailbox.uidvalidity, uid
 
+    def _prepare(self, mailbox: Mailbox, source, size: int, flags: Iterable[str],
+                 credit: tuple[int, int]) -> tuple[StoredContent, tuple[int, int]]:
+        """The first steps of an APPEND of known ``size`` (at most a chunk), at the same
+        time where the backend can: read the owner's account (for the quota), write the
+        content, and take the UID and MODSEQ with the message counted (Messages.add with
+        ``allocated``).  None of them depends on another, and none makes anything
+        visible: nothing refers to the content and the UID is above the watermark until the
+        message row is committed (decision 0001).  Over HBase that is two round trips one
+        after the other (the UID, then the MODSEQ) where it was five.
+
+        The message is counted before the quota is checked, so for an account with limits
+        the usage read afterwards includes it, and is compared with the limits as it is.  A
+        refusal (over quota, or a failure) gives everything back: the content, deleted at
+        once (no row ever referred to it), the counts, and the UID, abandoned (a refused
+        APPEND may leave a gap in the UIDs, which RFC 3501 2.3.1.1 allows)."""
+        seen = "\\Seen" in canonical_flags(flags)  # ValueError before anything is written
+        got: dict[str, object] = {}
+
+        def account() -> None:
+            if mailbox.owner != SHARED_OWNER:  # Shared/'s owner has no account, no limits
+                got["account"] = self.users.get(mailbox.owner)
+
+        def ingest() -> None:
+            got["stored"] = self.ingest(source)
+
+        def allocate() -> None:
+            got["allocated"] = self.mailboxes.allocate(mailbox.id, size, unseen=not seen)
+        try:
+            self.backend.concurrently(account, ingest, allocate)
+            owner = got.get("account")
+            if isinstance(owner, User) and (owner.storage_limit is not None
+                                            or owner.message_limit is not None):
+                check_quota(owner, self.usage(owner.name), -credit[0], -credit[1])
+        except BaseException:
+            stored = got.get("stored")
+            if isinstance(stored, StoredContent):
+                self.content.discard(stored.content_id)
+            allocated = got.get("allocated")
+            if allocated is not None:
+                self.messages.give_up(mailbox.id, allocated[0], size, seen)
+            raise
+        return got["stored"], got["allocated"]  # type: ignore[return-value]
+
     def add_stored(self, mailbox: Mailbox, stored: StoredContent, flags: Iterable[str] = (),
-                   internal_date: float | None = None) -> int:
-        """Add a message row for content already ingested (one of its references); its UID."""
-        uid, _modseq = self.messages.add(mailbox, stored, flags, internal_date)
+                   internal_date: float | None = None,
+                   allocated: tuple[int, int] | None = None) -> int:
+        """Add a message row for content already ingested (one of its references); its UID.
+        ``allocated``: the (UID, MODSEQ) taken for it with the message counted, if the
+        caller has (Messages.add)."""
+        uid, _modseq = self.messages.add(mailbox, stored, flags, internal_date, allocated)
         if uid % CHECKPOINT_EVERY == 0:
             # Keep the index checkpoint near, so that the first SELECT of a mailbox filled
             # only by delivery does not read every row (docs/decisions/0009).  Derived data:

@@ -43,7 +43,8 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
-from typing import TypeVar
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any, TypeVar
 
 import happybase
 from Hbase_thrift import AlreadyExists, BatchMutation, IllegalArgument, TIncrement, TScan
@@ -308,13 +309,24 @@ class HBaseTable(Table):
                 f"returning names counters not incremented: {sorted(wanted - deltas.keys())}")
         for column in deltas:
             self._check_cell(column)
-        # incrementRows returns nothing, so a counter whose value is wanted goes on its own.
-        found = {col: self.increment(row, col, delta)
-                 for col, delta in deltas.items() if col in wanted}
+        # incrementRows returns nothing, so a counter whose value is wanted goes on its own,
+        # in the order given (the contract's one ordering guarantee); the batch of the others
+        # has no order to keep and travels at the same time, on another connection.
         incs = [TIncrement(table=self._tname, row=row, column=col, ammount=int(delta))
                 for col, delta in deltas.items() if col not in wanted]
+        found: dict[bytes, int] = {}
+
+        def returned() -> None:
+            for col, delta in deltas.items():
+                if col in wanted:
+                    found[col] = self.increment(row, col, delta)
+        calls = []
         if incs:
-            self.backend._run("increment", lambda c: c.client.incrementRows(incs))
+            calls.append(lambda: self.backend._run(
+                "increment", lambda c: c.client.incrementRows(incs)))
+        if wanted:
+            calls.append(returned)
+        self.backend.concurrently(*calls)
         return found
 
     def check_and_put(self, row: bytes, column: bytes, expected: bytes | None,
@@ -364,6 +376,12 @@ class HBaseBackend(Backend):
         self._wait = int(timeout_ms) / 1000 if timeout_ms else None
         self._calls: Counter[str] = Counter()
         self._calls_lock = threading.Lock()
+        # Threads that run the calls of concurrently() besides the caller's own: at most one
+        # per pooled connection, since each holds one while its call runs.
+        self._workers = max(int(pool_size) - 1, 1)
+        self._executor: ThreadPoolExecutor | None = None
+        self._executor_lock = threading.Lock()
+        self._in_worker = threading.local()
         try:
             # The pool connects its first connection now, so that a wrong address is reported
             # at start-up rather than at the first mail.
@@ -423,6 +441,42 @@ class HBaseBackend(Backend):
 
     def _settle(self) -> None:
         time.sleep(self.delete_settle)
+
+    def concurrently(self, *calls: Callable[[], Any]) -> list[Any]:
+        # The last call runs in the caller's thread, the others on the executor's, each on a
+        # pooled connection of its own: callers put last the call that itself overlaps calls
+        # (an increment_many), since a call made from an executor thread runs its own calls
+        # one by one -- a worker waiting for other workers could wait for ever.
+        if len(calls) < 2 or getattr(self._in_worker, "yes", False) or self._closed:
+            return super().concurrently(*calls)
+        executor = self._pool_executor()
+        futures: list[Future] = [executor.submit(call) for call in calls[:-1]]
+        outcomes: list[tuple[Any, BaseException | None]] = []
+        try:
+            last: tuple[Any, BaseException | None] = (calls[-1](), None)
+        except BaseException as exc:
+            last = (None, exc)
+        for future in futures:
+            try:
+                outcomes.append((future.result(), None))
+            except BaseException as exc:
+                outcomes.append((None, exc))
+        outcomes.append(last)
+        for _result, failure in outcomes:
+            if failure is not None:
+                raise failure
+        return [result for result, _failure in outcomes]
+
+    def _pool_executor(self) -> ThreadPoolExecutor:
+        with self._executor_lock:
+            if self._executor is None:
+                self._executor = ThreadPoolExecutor(
+                    max_workers=self._workers, thread_name_prefix="hbase-overlap",
+                    initializer=self._mark_worker)
+            return self._executor
+
+    def _mark_worker(self) -> None:
+        self._in_worker.yes = True
 
     def _count(self, method: str) -> None:
         with self._calls_lock:
@@ -490,6 +544,9 @@ class HBaseBackend(Backend):
     def close(self) -> None:
         """Close the pooled connections; connections in use elsewhere close when returned."""
         self._closed = True
+        executor = getattr(self, "_executor", None)
+        if executor is not None:
+            executor.shutdown(wait=False)
         pool = getattr(self, "_pool", None)
         queue = getattr(pool, "_queue", None)
         while queue is not None:
