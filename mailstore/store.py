@@ -13,7 +13,6 @@ import io
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass
 
 from . import keys, names
 from .acl import SHARED_OWNER, Grants, flag_changeable
@@ -21,12 +20,11 @@ from .backends import open_backend
 from .backends.base import Backend, Mutation, decode_counter, delete_rows
 from .changelog import ChangeLog
 from .content import DEFAULT_CHUNK, DEFAULT_GRACE, ContentStore
+from .deliveries import Delivery, deliver_all
 from .errors import (
     AlreadyExists,
     Expunged,
     InvalidName,
-    NotFound,
-    OverQuota,
     TooLarge,
     Unpublished,
 )
@@ -73,16 +71,6 @@ def durable(method):
         self.backend.sync()
         return result
     return wrapper
-
-
-@dataclass
-class Delivery:
-    """The outcome of delivering one message to one recipient."""
-
-    user: str
-    mailbox: str
-    uid: int | None
-    error: Exception | None = None
 
 
 class MailStore:
@@ -543,36 +531,7 @@ class MailStore:
 
     def _deliver(self, recipients: Sequence[tuple[str, str]], source,
                  flags: Sequence[Iterable[str]] | None = None) -> list[Delivery]:
-        stored = self.ingest(source, refs=len(recipients))
-        results = []
-        for i, (user, name) in enumerate(recipients):
-            try:
-                self.check_quota(user, stored.size, 1)
-                mailbox = self.mailboxes.get(user, name)
-                uid = self.add_stored(mailbox, stored, flags[i] if flags else ())
-                results.append(Delivery(user, mailbox.name, uid))
-            except (NotFound, OverQuota, InvalidName) as exc:
-                self.content.decref(stored.content_id)
-                results.append(Delivery(user, name, None, exc))
-            except BaseException as exc:
-                if isinstance(exc, Unpublished):
-                    # Its row holds its reference, so it is withdrawn with the others -- or,
-                    # if it cannot be expunged before it is visible, stays: the sender's
-                    # retry may deliver it twice, never lose it.
-                    results.append(Delivery(user, name, exc.uid))
-                # The store failed: nothing may stay half-delivered, so the rows already added
-                # for earlier recipients are withdrawn before the caller is told to retry.
-                self.content.decref(stored.content_id, len(recipients) - len(results))
-                self._withdraw([r for r in results if r.uid is not None])
-                raise
-        return results
-
-    def _withdraw(self, deliveries: list[Delivery]) -> None:
-        for done in deliveries:
-            try:
-                self.transfers.expunge(self.mailboxes.get(done.user, done.mailbox), [done.uid])
-            except Exception:  # still failing: fsck and the caller's own cleanup remain
-                pass
+        return deliver_all(self, recipients, source, flags)
 
     def uids(self, mailbox: Mailbox) -> list[int]:
         return self.messages.uids(mailbox.id)

@@ -59,3 +59,21 @@ def test_append_waits_for_five_round_trips_in_a_row_not_eight(slow_store):
     assert sum(after.values()) - sum(before.values()) == 3 * 8
     assert took < 6 * DELAY, f"APPEND took {took:.2f} s: more than five round trips in a row"
     assert store.uids(store.mailbox("alice", "INBOX")) == [1, 2, 3]
+
+
+def test_delivery_to_three_recipients_overlaps_them(slow_store):
+    """LMTP delivery of one message to three recipients (RFC 2033 4.2: one reply each).  The
+    recipients' rows are independent, so their round trips overlap: the content's put with
+    every account and mailbox read, then the three rows at once.  One after the other
+    (before) that was 25 calls, 2.5 s here; now 7 in a row, plus scheduling slack."""
+    store = slow_store
+    store.create_user("bob", "pw", default_folders=False)
+    store.create_mailbox("alice", "Lists")
+    recipients = [("alice", "INBOX"), ("alice", "Lists"), ("bob", "INBOX")]
+    store.deliver(recipients, message(0))       # warm: mailbox ids, table families
+    start = time.perf_counter()
+    results = store.deliver(recipients, message(1, size=10_000))
+    took = time.perf_counter() - start
+    assert [(r.user, r.mailbox, r.uid, r.error) for r in results] == [
+        ("alice", "INBOX", 2, None), ("alice", "Lists", 2, None), ("bob", "INBOX", 2, None)]
+    assert took < 10 * DELAY, f"delivery took {took:.2f} s: recipients one after the other"

@@ -307,6 +307,23 @@ def test_append_refused_over_quota_gives_back_counts_content_and_uid(store, alic
     assert uid > 2 and store.uids(store.mailbox(alice, "INBOX")) == [1, 2, uid]
 
 
+def test_delivery_counts_an_accounts_recipients_together_against_its_quota(store, alice):
+    """One delivery to two mailboxes of an account with room for one more message (RFC
+    9208 5.1): the first gets it, the second is refused over quota, the other recipients
+    are not held up by the refusals, and nothing is left over (counters, content: fsck)."""
+    store.create_user("bob", "pw")
+    store.create_mailbox(alice, "Lists")
+    store.users.set_quota(alice, storage=None, messages=1)
+    results = store.deliver([(alice, "INBOX"), (alice, "Lists"), (alice, "Nope"),
+                             ("nobody", "INBOX"), ("bob", "INBOX")], message(1))
+    assert [(r.mailbox, r.uid, type(r.error).__name__) for r in results] == [
+        ("INBOX", 1, "NoneType"), ("Lists", None, "OverQuota"), ("Nope", None, "OverQuota"),
+        ("INBOX", None, "NotFound"), ("INBOX", 1, "NoneType")]
+    assert [m.messages for m in store.list_mailboxes(alice) if m.name != "INBOX"] == [0] * 6
+    assert len(content_rows(store)) == 1 and store.content.refs(content_rows(store)[0][0]) == 2
+    assert Fsck(store).run(alice).ok and Fsck(store).run("bob").ok
+
+
 def test_user_names_cannot_reach_other_users_mailboxes(store, alice):
     store.create_user("alice2", "pw")
     store.append("alice2", "INBOX", message(1))
