@@ -461,8 +461,8 @@ class MailStore:
         content, and take the UID and MODSEQ with the message counted (Messages.add with
         ``allocated``).  None of them depends on another, and none makes anything
         visible: nothing refers to the content and the UID is above the watermark until the
-        message row is committed (decision 0001).  Over HBase that is two round trips one
-        after the other (the UID, then the MODSEQ) where it was five.
+        message row is committed (decision 0001).  Over HBase that is three round trips one
+        after the other (the UID, the MODSEQ, the counters' batch) where it was five.
 
         The message is counted before the quota is checked, so for an account with limits
         the usage read afterwards includes it, and is compared with the limits as it is.  A

@@ -158,12 +158,13 @@ class Table(abc.ABC):
         empty when ``returning`` is.  Each counter is changed atomically, but the set of them
         MAY be seen half-applied -- with one guarantee on order: the counters in ``returning``
         change in the order of ``deltas``, each before the next (a mailbox's UID before its
-        MODSEQ: readers take a UID watermark behind the last UID as a MODSEQ in flight).  The
-        others MAY change at any moment of the call, but all have changed when it returns.
-        Round trips: the embedded backend makes one statement of the whole call; HBase's
-        Thrift1 gateway returns no values from a batch of increments, so there each counter in
-        ``returning`` costs one ``atomicIncrement``, one after the other, and the others go
-        together in one ``incrementRows`` sent at the same time as the first of those.
+        MODSEQ: readers take a UID watermark behind the last UID as a MODSEQ in flight), and
+        when the call raises, a counter of ``returning`` that failed was the last one tried
+        and the others of ``deltas`` were not applied (so a caller whose UID could not be
+        taken has no counts to give back).  Round trips: the embedded backend makes one
+        statement of the whole call; HBase's Thrift1 gateway returns no values from a batch of
+        increments, so there each counter in ``returning`` costs one ``atomicIncrement``, one
+        after the other, and the others go together in one ``incrementRows`` after them.
         """
 
     @abc.abstractmethod
