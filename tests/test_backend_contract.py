@@ -673,6 +673,19 @@ def test_hbase_concurrently_inside_concurrently_does_not_wait_for_ever(hbase_sto
         backend.close()
 
 
+def test_hbase_concurrently_with_one_pooled_connection_runs_in_the_callers_thread(
+        hbase_store):
+    """With ``pool_size = 1`` there is no connection to overlap on: the calls run one by
+    one in the caller's thread instead of queueing for the only connection (where, with a
+    short ``timeout_ms``, they would fail as unavailable)."""
+    backend = hbase_store.backend(pool_size=1)
+    try:
+        me = threading.get_ident()
+        assert backend.concurrently(threading.get_ident, threading.get_ident) == [me, me]
+    finally:
+        backend.close()
+
+
 def test_hbase_table_prefixes_keep_stores_apart(hbase_store):
     one, two = hbase_store, hbase_store.another()
     hbase, other = one.backend(pool_size=1), two.backend(pool_size=1)

@@ -370,9 +370,10 @@ class HBaseBackend(Backend):
         self._wait = int(timeout_ms) / 1000 if timeout_ms else None
         self._calls: Counter[str] = Counter()
         self._calls_lock = threading.Lock()
-        # Threads that run the calls of concurrently() besides the caller's own: at most one
-        # per pooled connection, since each holds one while its call runs.
-        self._workers = max(int(pool_size) - 1, 1)
+        # Threads that run the calls of concurrently() besides the caller's own: one fewer
+        # than the pooled connections, since each holds one while its call runs (with a
+        # single connection the calls run one by one: overlapping would only queue them).
+        self._workers = int(pool_size) - 1
         self._executor: ThreadPoolExecutor | None = None
         self._executor_lock = threading.Lock()
         self._in_worker = threading.local()
@@ -441,7 +442,8 @@ class HBaseBackend(Backend):
         # pooled connection of its own: callers put last the call that itself overlaps calls
         # (an increment_many), since a call made from an executor thread runs its own calls
         # one by one -- a worker waiting for other workers could wait for ever.
-        if len(calls) < 2 or getattr(self._in_worker, "yes", False) or self._closed:
+        if len(calls) < 2 or self._workers < 1 or getattr(self._in_worker, "yes", False) \
+                or self._closed:
             return super().concurrently(*calls)
         executor = self._pool_executor()
         futures: list[Future] = [executor.submit(call) for call in calls[:-1]]
