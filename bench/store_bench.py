@@ -1,8 +1,18 @@
 """Store-level benchmarks, each beside the raw backend rate measured in the same run.
 
     .venv/bin/python bench/store_bench.py [--messages 100000] [--appends 2000] [--rounds 5]
-                                          [--synchronous FULL] [--backend embedded|thrift]
+                                          [--synchronous FULL] [--backend embedded|hbase]
                                           [--skip-big]
+    .venv/bin/python bench/store_bench.py --wire [--backend embedded|hbase] [--appends 2000]
+                                          [--writers 1,16] [--latency-ms 0]
+
+``--backend hbase`` (or its old name ``thrift``) runs the HBase backend through happybase over
+the in-process Thrift1 gateway (mailstore/testing/thrift_gateway.py).  ``--wire`` runs only the
+wire measures: Thrift round trips per operation, and appends against raw puts of the same size
+with 1 and 16 concurrent writers.  ``--latency-ms`` makes the gateway wait that long before
+answering each call (the gateway thread sleeps, without the GIL), as a real gateway's network and
+WAL sync do: the in-process gateway alone answers in a fraction of a real one's time, so without
+it the figures show CPU, not round trips.
 
 Prints a Markdown table that goes into bench/RESULTS.md.  Figures, never assertions: targets
 from the issue are shown beside them.
@@ -71,14 +81,168 @@ class Streamed(io.RawIOBase):
         return out
 
 
-def open_backend(kind: str, path: str, synchronous: str):
+class _Delayed:
+    """A gateway handler that answers each call ``delay`` seconds late (see --latency-ms)."""
+
+    def __init__(self, handler, delay: float):
+        self._handler = handler
+        self._delay = delay
+
+    def __getattr__(self, name: str):
+        method = getattr(self._handler, name)
+        if not callable(method):
+            return method
+
+        def late(*args):
+            time.sleep(self._delay)
+            return method(*args)
+        return late
+
+
+def open_backend(kind: str, path: str, synchronous: str, latency: float = 0.0,
+                 pool_size: int = 10):
     if kind == "embedded":
         return EmbeddedBackend(path, synchronous=synchronous), None
     from mailstore.backends.hbase import HBaseBackend
     from mailstore.testing.thrift_gateway import ThriftGateway
     gateway = ThriftGateway(EmbeddedBackend(path, synchronous=synchronous))
+    if latency:
+        gateway._handler = _Delayed(gateway._handler, latency)
     gateway.start()
-    return HBaseBackend(host="127.0.0.1", port=gateway.port), gateway
+    return HBaseBackend(host="127.0.0.1", port=gateway.port, pool_size=pool_size), gateway
+
+
+def round_trips(backend) -> dict[str, int]:
+    counts = getattr(backend, "round_trips", None)
+    return counts() if counts else {}
+
+
+def per_op(backend, op, repeat: int) -> tuple[float, str]:
+    """Thrift round trips one call of ``op(i)`` makes and its time, on average over ``repeat``
+    calls, and the round trips' split by Thrift method.  With a gateway latency well above
+    the CPU time of a call, time / latency is the number of round trips waited for one after
+    the other."""
+    before = round_trips(backend)
+    start = time.perf_counter()
+    for i in range(repeat):
+        op(i)
+    took = (time.perf_counter() - start) / repeat
+    after = round_trips(backend)
+    diff = {k: after.get(k, 0) - before.get(k, 0) for k in after}
+    split = ", ".join(f"{k} {v / repeat:g}" for k, v in sorted(diff.items()) if v)
+    return sum(diff.values()) / repeat, took, split
+
+
+def run_threads(count: int, work) -> float:
+    """Run ``work(w)`` in ``count`` threads at once; the wall time until all are done."""
+    import threading
+    errors: list[BaseException] = []
+
+    def guarded(w: int) -> None:
+        try:
+            work(w)
+        except BaseException as exc:   # reported after the join, with the others
+            errors.append(exc)
+    threads = [threading.Thread(target=guarded, args=(w,)) for w in range(count)]
+    start = time.perf_counter()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    elapsed = time.perf_counter() - start
+    if errors:
+        raise errors[0]
+    return elapsed
+
+
+def wire(args) -> None:
+    """Round trips per operation, and appends against raw puts with concurrent writers."""
+    writers = [int(w) for w in args.writers.split(",")]
+    rows: list[tuple[str, ...]] = []
+    trips: list[tuple[str, str, str, str]] = []
+    with tempfile.TemporaryDirectory() as tmp:
+        backend, gateway = open_backend(args.backend, tmp, args.synchronous,
+                                        args.latency_ms / 1000, pool_size=4 * max(writers))
+        create_schema(backend)
+        store = MailStore(backend)
+        backend.create_table("BENCH_RAW", CONTENT.family_options())
+        raw = backend.table("BENCH_RAW")
+        for w in range(max(writers)):
+            store.create_user(f"w{w}", "pw", default_folders=False)
+        body = msg(0)
+
+        # -- round trips per operation (one message each; IMAP passes the selected Mailbox) --
+        store.create_user("rt", "pw", default_folders=False)
+        store.create_mailbox("rt", "Other")
+        inbox = store.mailbox("rt", "INBOX")
+        other = store.mailbox("rt", "Other")
+        k = 20
+        store.append("rt", inbox, msg(0))     # warm the caches (families, mailbox ids)
+        ops = [
+            ("raw put, 10 KiB", lambda i: raw.put(b"rt%04d" % i, {b"c:1": body})),
+            ("APPEND 10 KiB (IMAP: mailbox known)", lambda i: store.append("rt", inbox, msg(i))),
+            ("APPEND 10 KiB by name", lambda i: store.append("rt", "INBOX", msg(i))),
+            ("deliver to 1 recipient", lambda i: store.deliver([("rt", "INBOX")], msg(i))),
+            ("deliver to 3 recipients", lambda i: store.deliver(
+                [("rt", "INBOX"), ("rt", "Other"), ("w0", "INBOX")], msg(i))),
+        ]
+        for name, op in ops:
+            n, took, split = per_op(backend, op, k)
+            trips.append((name, f"{n:g}", f"{took * 1000:.1f} ms", split))
+        inbox = store.mailbox("rt", "INBOX")
+        uids = store.uids(inbox)
+        for name, op in [
+                ("STORE +FLAGS (\\Seen), one message",
+                 lambda i: store.store_flags(inbox, [uids[i]], ["\\Seen"])),
+                ("COPY one message", lambda i: store.copy(inbox, [uids[i]], other)),
+                ("MOVE one message", lambda i: store.move(inbox, [uids[k + i]], other)),
+                ("EXPUNGE one message", lambda i: store.expunge(inbox, [uids[2 * k + i]]))]:
+            n, took, split = per_op(backend, op, k)
+            trips.append((name, f"{n:g}", f"{took * 1000:.1f} ms", split))
+
+        # -- appends against raw puts, W concurrent writers (each its own mailbox) -----------
+        n = args.appends
+        seq = [0]
+        for count in writers:
+            boxes = [store.mailbox(f"w{w}", "INBOX") for w in range(count)]
+            raw_time = append_time = 0.0
+            rounds = max(1, args.rounds)
+            per = max(1, n // (rounds * count))
+            for _r in range(rounds):
+                base = seq[0]
+                seq[0] += per * count
+
+                def put(w: int, base=base, per=per) -> None:
+                    for i in range(per):
+                        raw.put(b"raw%02d%08d" % (w, base + i), {b"c:1": body})
+                        backend.sync()
+
+                def append(w: int, per=per, boxes=boxes) -> None:
+                    for i in range(per):
+                        store.append(f"w{w}", boxes[w], msg(i))
+                raw_time += run_threads(count, put)
+                append_time += run_threads(count, append)
+            done = per * count * rounds
+            raw_rate, app_rate = rate(done, raw_time), rate(done, append_time)
+            rows.append((f"{count} writer{'s' if count > 1 else ''}", f"{raw_rate:,.0f}/s",
+                         f"{app_rate:,.0f}/s", f"{1000 * count / app_rate:.2f} ms",
+                         f"{app_rate / raw_rate:.2f} x",
+                         ">= 0.5 x" if count >= 16 else ">= 0.25 x" if count == 1 else ""))
+        store.close()
+        if gateway:
+            gateway.stop()
+    print(f"\nbackend={args.backend} wire latency={args.latency_ms} ms "
+          f"synchronous={args.synchronous} appends={args.appends} rounds={args.rounds}\n")
+    if trips:
+        print("| operation | Thrift round trips | time (1 writer) | by method |")
+        print("|---|---|---|---|")
+        for row in trips:
+            print("| " + " | ".join(row) + " |")
+        print()
+    print("| writers | raw put 10 KiB | store append 10 KiB | time per append | ratio | target |")
+    print("|---|---|---|---|---|---|")
+    for row in rows:
+        print("| " + " | ".join(row) + " |")
 
 
 def main() -> None:
@@ -88,9 +252,19 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=5,
                     help="alternating rounds of raw puts and appends")
     ap.add_argument("--synchronous", default="FULL")
-    ap.add_argument("--backend", default="embedded", choices=["embedded", "thrift"])
+    ap.add_argument("--backend", default="embedded", choices=["embedded", "hbase", "thrift"])
     ap.add_argument("--skip-big", action="store_true")
+    ap.add_argument("--wire", action="store_true",
+                    help="only round trips per operation and concurrent appends vs raw puts")
+    ap.add_argument("--writers", default="1,16", help="concurrent writer counts for --wire")
+    ap.add_argument("--latency-ms", type=float, default=0.0,
+                    help="the test gateway answers each call this late (hbase only)")
     args = ap.parse_args()
+    if args.backend == "thrift":
+        args.backend = "hbase"
+    if args.wire:
+        wire(args)
+        return
     rows: list[tuple[str, str, str, str]] = []
     with tempfile.TemporaryDirectory() as tmp:
         backend, gateway = open_backend(args.backend, tmp, args.synchronous)

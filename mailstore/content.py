@@ -387,6 +387,15 @@ class ContentStore:
         self.decref(content_id)
         return False
 
+    def discard(self, content_id: bytes) -> None:
+        """Delete content that no message row ever referred to (its message was refused
+        before its row was written), at once: no reader can have reached it, so it needs no
+        grace period.  Never raises: what a failing store leaves, fsck removes."""
+        try:
+            self.table.delete(content_id)
+        except Exception:  # the store is failing; fsck finds the unreferenced row
+            pass
+
     def decref(self, content_id: bytes, count: int = 1) -> int:
         """Drop references; release the content when none is left.  Returns the remaining
         count.  A drop the backend refused unsent is also kept and replayed later."""

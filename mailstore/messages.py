@@ -341,9 +341,13 @@ class Messages:
     # -- adding ---------------------------------------------------------------------------------
 
     def add(self, mailbox: Mailbox, stored: StoredContent, flags: Iterable[str] = (),
-            internal_date: float | None = None) -> tuple[int, int]:
+            internal_date: float | None = None,
+            allocated: tuple[int, int] | None = None) -> tuple[int, int]:
         """Make one reference to ``stored`` a message of ``mailbox``; return (uid, modseq).
 
+        ``allocated``: the (UID, MODSEQ) the caller took with ``Mailboxes.allocate`` with
+        this message counted (its size, and unseen unless ``flags`` has \\Seen), while it
+        did other work; from here on, they are given back on failure as if taken here.
         Returns only once the message is visible to every reader of the mailbox.
         """
         self._replay_uncounted()
@@ -352,7 +356,9 @@ class Messages:
         seen = "\\Seen" in flag_set
         # UID, MODSEQ and the mailbox counters in one step: the message is counted before it
         # is committed, so a crash leaves the counters too high (fsck), never too low.
-        uid, modseq = self.boxes.allocate(mailbox.id, stored.size, unseen=not seen)
+        if allocated is None:
+            allocated = self.boxes.allocate(mailbox.id, stored.size, unseen=not seen)
+        uid, modseq = allocated
         try:
             for attempt in range(5):
                 if attempt:
@@ -397,6 +403,13 @@ class Messages:
         if stored.preview is not None:
             cells[PREVIEW] = encode_cell(stored.preview)
         return cells
+
+    def give_up(self, mailbox_id: bytes, uid: int, size: int, seen: bool) -> None:
+        """Give back a UID taken with the message counted (``Mailboxes.allocate`` with its
+        size) for a message that will not be written after all: the UID abandoned, so the
+        watermark need not wait for it, and the counts taken back.  Never raises."""
+        self._abandon(keys.message_key(mailbox_id, uid))
+        self._uncount(mailbox_id, size, seen)
 
     def _uncount(self, mailbox_id: bytes, size: int, seen: bool) -> None:
         """Take back the counts of a message that will not be committed after all."""

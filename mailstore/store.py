@@ -13,7 +13,6 @@ import io
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass
 
 from . import keyformat, keys, names
 from .acl import ANYONE, SHARED_OWNER, Grants, flag_changeable, public_name
@@ -21,12 +20,11 @@ from .backends import open_backend
 from .backends.base import Backend, Mutation, decode_counter, delete_rows
 from .changelog import ChangeLog
 from .content import DEFAULT_CHUNK, DEFAULT_GRACE, ContentStore
+from .deliveries import Delivery, deliver_all
 from .errors import (
     AlreadyExists,
     Expunged,
     InvalidName,
-    NotFound,
-    OverQuota,
     TooLarge,
     Unpublished,
 )
@@ -86,16 +84,6 @@ def durable(method):
         self.backend.sync()
         return result
     return wrapper
-
-
-@dataclass
-class Delivery:
-    """The outcome of delivering one message to one recipient."""
-
-    user: str
-    mailbox: str
-    uid: int | None
-    error: Exception | None = None
 
 
 class MailStore:
@@ -534,12 +522,17 @@ class MailStore:
         else:
             mailbox = self.mailboxes.get(user, mailbox_name)
         user = mailbox.owner
-        self.check_quota(user, (size or 0) - credit_bytes, 1 - credit_messages)
-        stored = self.ingest(source)
+        allocated = None
+        if size is not None and size <= self.content.chunk_size:
+            stored, allocated = self._prepare(mailbox, source, size, flags, credit)
+        else:
+            # Checked first: content of more than a chunk is not written just to be refused.
+            self.check_quota(user, (size or 0) - credit_bytes, 1 - credit_messages)
+            stored = self.ingest(source)
         try:
             if size is None:
                 self.check_quota(user, stored.size - credit_bytes, 1 - credit_messages)
-            uid = self.add_stored(mailbox, stored, flags, internal_date)
+            uid = self.add_stored(mailbox, stored, flags, internal_date, allocated)
         except Unpublished:
             raise  # the message row holds the content's reference
         except BaseException:
@@ -547,10 +540,56 @@ class MailStore:
             raise
         return mailbox.uidvalidity, uid
 
+    def _prepare(self, mailbox: Mailbox, source, size: int, flags: Iterable[str],
+                 credit: tuple[int, int]) -> tuple[StoredContent, tuple[int, int]]:
+        """The first steps of an APPEND of known ``size`` (at most a chunk), at the same
+        time where the backend can: read the owner's account (for the quota), write the
+        content, and take the UID and MODSEQ with the message counted (Messages.add with
+        ``allocated``).  None of them depends on another, and none makes anything
+        visible: nothing refers to the content and the UID is above the watermark until the
+        message row is committed (decision 0001).  Over HBase that is three round trips one
+        after the other (the UID, the MODSEQ, the counters' batch) where it was five.
+
+        The message is counted before the quota is checked, so for an account with limits
+        the usage read afterwards includes it, and is compared with the limits as it is.  A
+        refusal (over quota, or a failure) gives everything back: the content, deleted at
+        once (no row ever referred to it), the counts, and the UID, abandoned (a refused
+        APPEND may leave a gap in the UIDs, which RFC 3501 2.3.1.1 allows)."""
+        seen = "\\Seen" in canonical_flags(flags)  # ValueError before anything is written
+        got: dict[str, object] = {}
+
+        def account() -> None:
+            if mailbox.owner != SHARED_OWNER:  # Shared/'s owner has no account, no limits
+                got["account"] = self.users.get(mailbox.owner)
+
+        def ingest() -> None:
+            got["stored"] = self.ingest(source)
+
+        def allocate() -> None:
+            got["allocated"] = self.mailboxes.allocate(mailbox.id, size, unseen=not seen)
+        try:
+            self.backend.concurrently(account, ingest, allocate)
+            owner = got.get("account")
+            if isinstance(owner, User) and (owner.storage_limit is not None
+                                            or owner.message_limit is not None):
+                check_quota(owner, self.usage(owner.name), -credit[0], -credit[1])
+        except BaseException:
+            stored = got.get("stored")
+            if isinstance(stored, StoredContent):
+                self.content.discard(stored.content_id)
+            allocated = got.get("allocated")
+            if allocated is not None:
+                self.messages.give_up(mailbox.id, allocated[0], size, seen)
+            raise
+        return got["stored"], got["allocated"]  # type: ignore[return-value]
+
     def add_stored(self, mailbox: Mailbox, stored: StoredContent, flags: Iterable[str] = (),
-                   internal_date: float | None = None) -> int:
-        """Add a message row for content already ingested (one of its references); its UID."""
-        uid, _modseq = self.messages.add(mailbox, stored, flags, internal_date)
+                   internal_date: float | None = None,
+                   allocated: tuple[int, int] | None = None) -> int:
+        """Add a message row for content already ingested (one of its references); its UID.
+        ``allocated``: the (UID, MODSEQ) taken for it with the message counted, if the
+        caller has (Messages.add)."""
+        uid, _modseq = self.messages.add(mailbox, stored, flags, internal_date, allocated)
         # In the append's unit of work (one SQLite transaction on the embedded store), after
         # the commit record: a crash in between leaves the message unmarked, so scanned.
         if self.text.at_append:
@@ -582,36 +621,7 @@ class MailStore:
 
     def _deliver(self, recipients: Sequence[tuple[str, str]], source,
                  flags: Sequence[Iterable[str]] | None = None) -> list[Delivery]:
-        stored = self.ingest(source, refs=len(recipients))
-        results = []
-        for i, (user, name) in enumerate(recipients):
-            try:
-                self.check_quota(user, stored.size, 1)
-                mailbox = self.mailboxes.get(user, name)
-                uid = self.add_stored(mailbox, stored, flags[i] if flags else ())
-                results.append(Delivery(user, mailbox.name, uid))
-            except (NotFound, OverQuota, InvalidName) as exc:
-                self.content.decref(stored.content_id)
-                results.append(Delivery(user, name, None, exc))
-            except BaseException as exc:
-                if isinstance(exc, Unpublished):
-                    # Its row holds its reference, so it is withdrawn with the others -- or,
-                    # if it cannot be expunged before it is visible, stays: the sender's
-                    # retry may deliver it twice, never lose it.
-                    results.append(Delivery(user, name, exc.uid))
-                # The store failed: nothing may stay half-delivered, so the rows already added
-                # for earlier recipients are withdrawn before the caller is told to retry.
-                self.content.decref(stored.content_id, len(recipients) - len(results))
-                self._withdraw([r for r in results if r.uid is not None])
-                raise
-        return results
-
-    def _withdraw(self, deliveries: list[Delivery]) -> None:
-        for done in deliveries:
-            try:
-                self.transfers.expunge(self.mailboxes.get(done.user, done.mailbox), [done.uid])
-            except Exception:  # still failing: fsck and the caller's own cleanup remain
-                pass
+        return deliver_all(self, recipients, source, flags)
 
     def uids(self, mailbox: Mailbox) -> list[int]:
         return self.messages.uids(mailbox.id)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import socket
 import threading
+import time
 
 import pytest
 
@@ -501,6 +502,33 @@ def test_increments_are_atomic_under_contention(table):
 
 # -- groups (Backend.grouped): a hint a backend may take, never something to rely on ---------
 
+def test_concurrently_returns_each_calls_result_in_argument_order(backend, table):
+    """Backend.concurrently: independent calls, results in the order given."""
+    assert backend.concurrently() == []
+    assert backend.concurrently(lambda: 7) == [7]
+    results = backend.concurrently(lambda: table.put(b"a", {b"m:x": b"1"}),
+                                   lambda: table.increment(b"n", b"m:c", 5),
+                                   lambda: table.row(b"absent"))
+    assert results == [None, 5, {}]
+    assert table.row(b"a") == {b"m:x": b"1"}
+
+
+def test_concurrently_raises_the_first_failure_after_the_calls_have_ended(backend, table):
+    """A call before the failing one in argument order has run to its end when the failure
+    is raised; the failure raised is the first in argument order, whichever ended first."""
+    def slow_put():
+        time.sleep(0.05)
+        table.put(b"s", {b"m:x": b"1"})
+
+    def fail(exc):
+        def call():
+            raise exc
+        return call
+    with pytest.raises(ValueError, match="first"):
+        backend.concurrently(slow_put, fail(ValueError("first")), fail(KeyError("second")))
+    assert table.row(b"s") == {b"m:x": b"1"}
+
+
 def test_a_group_sees_its_own_writes_and_leaves_them_all_visible(backend, table):
     with backend.grouped():
         table.put(b"g1", {b"m:a": b"1"})
@@ -683,6 +711,58 @@ def test_hbase_backend_reconnects_when_the_server_dropped_idle_connections(gatew
     gateway.start()     # every pooled connection is now closed by the server
     run_threads(3, lambda: t.put(b"r", {b"m:a": b"2"}))
     assert t.row(b"r") == {b"m:a": b"2"}
+
+
+def test_hbase_concurrently_runs_the_calls_at_the_same_time(hbase_store):
+    """Over HBase the calls overlap, each on a pooled connection of its own: three calls
+    that each wait for the other two before their put all get through."""
+    backend = hbase_store.backend()
+    try:
+        backend.create_table("CONTRACT", FAMILIES)
+        t = backend.table("CONTRACT")
+        meet = threading.Barrier(3, timeout=10)
+
+        def put(key):
+            return lambda: (meet.wait(), t.put(key, {b"m:x": key}))[1]
+        backend.concurrently(put(b"a"), put(b"b"), put(b"c"))
+        assert [k for k, _ in t.rows([b"a", b"b", b"c"])] == [b"a", b"b", b"c"]
+    finally:
+        backend.close()
+
+
+def test_hbase_concurrently_inside_concurrently_does_not_wait_for_ever(hbase_store):
+    """A call that overlaps calls of its own (an increment_many) from a worker thread runs
+    them one by one there: with a single worker, waiting for another would never end."""
+    backend = hbase_store.backend(pool_size=2)
+    try:
+        backend.create_table("CONTRACT", FAMILIES)
+        t = backend.table("CONTRACT")
+
+        def nested():
+            return t.increment_many(b"n", {b"m:a": 1, b"m:b": 2, b"m:c": 3},
+                                    returning=[b"m:a"])
+        done = []
+        runner = threading.Thread(target=lambda: done.append(
+            backend.concurrently(nested, nested, lambda: t.row(b"n"))))
+        runner.start()
+        runner.join(timeout=30)
+        assert done, "concurrently() inside concurrently() never returned"
+        assert {decode_counter(v) for k, v in t.row(b"n").items()} == {2, 4, 6}
+    finally:
+        backend.close()
+
+
+def test_hbase_concurrently_with_one_pooled_connection_runs_in_the_callers_thread(
+        hbase_store):
+    """With ``pool_size = 1`` there is no connection to overlap on: the calls run one by
+    one in the caller's thread instead of queueing for the only connection (where, with a
+    short ``timeout_ms``, they would fail as unavailable)."""
+    backend = hbase_store.backend(pool_size=1)
+    try:
+        me = threading.get_ident()
+        assert backend.concurrently(threading.get_ident, threading.get_ident) == [me, me]
+    finally:
+        backend.close()
 
 
 def test_hbase_table_prefixes_keep_stores_apart(hbase_store):

@@ -286,6 +286,44 @@ def test_bad_input_raises_typed_errors_and_writes_nothing(backend):
     assert len(content_rows(store)) == 1
 
 
+def test_append_refused_over_quota_gives_back_counts_content_and_uid(store, alice):
+    """An APPEND refused over quota (RFC 9208 5.1; RFC 3501 6.3.11 NO) changes nothing a
+    client or fsck can see: the counters STATUS reads are as before, its content is gone at
+    once (not kept for a grace period: no row ever referred to it).  Its UID may be skipped
+    (RFC 3501 2.3.1.1 lets UIDs have gaps), but the next APPEND gets a higher one.  An
+    account exactly at its limit still takes the message that reaches it."""
+    first, second = message(1, size=3000), message(2, size=3000)
+    store.users.set_quota(alice, storage=len(first) + len(second), messages=None)
+    store.append(alice, "INBOX", first)
+    store.append(alice, "INBOX", second)  # reaches the limit exactly: allowed
+    with pytest.raises(OverQuota):
+        store.append(alice, "INBOX", message(3, size=10))
+    inbox = store.mailbox(alice, "INBOX")
+    assert (inbox.messages, inbox.unseen, inbox.size) == (2, 2, len(first) + len(second))
+    assert len(content_rows(store)) == 2 and released_rows(store) == []
+    assert Fsck(store).run(alice).ok
+    store.users.set_quota(alice, storage=None, messages=None)
+    _, uid = store.append(alice, "INBOX", message(4))
+    assert uid > 2 and store.uids(store.mailbox(alice, "INBOX")) == [1, 2, uid]
+
+
+def test_delivery_counts_an_accounts_recipients_together_against_its_quota(store, alice):
+    """One delivery to two mailboxes of an account with room for one more message (RFC
+    9208 5.1): the first gets it, the second is refused over quota, the other recipients
+    are not held up by the refusals, and nothing is left over (counters, content: fsck)."""
+    store.create_user("bob", "pw")
+    store.create_mailbox(alice, "Lists")
+    store.users.set_quota(alice, storage=None, messages=1)
+    results = store.deliver([(alice, "INBOX"), (alice, "Lists"), (alice, "Nope"),
+                             ("nobody", "INBOX"), ("bob", "INBOX")], message(1))
+    assert [(r.mailbox, r.uid, type(r.error).__name__) for r in results] == [
+        ("INBOX", 1, "NoneType"), ("Lists", None, "OverQuota"), ("Nope", None, "OverQuota"),
+        ("INBOX", None, "NotFound"), ("INBOX", 1, "NoneType")]
+    assert [m.messages for m in store.list_mailboxes(alice) if m.name != "INBOX"] == [0] * 6
+    assert len(content_rows(store)) == 1 and store.content.refs(content_rows(store)[0][0]) == 2
+    assert Fsck(store).run(alice).ok and Fsck(store).run("bob").ok
+
+
 def test_user_names_cannot_reach_other_users_mailboxes(store, alice):
     store.create_user("alice2", "pw")
     store.append("alice2", "INBOX", message(1))

@@ -29,7 +29,8 @@ from __future__ import annotations
 
 import abc
 import contextlib
-from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
+from typing import Any
 
 Row = dict[bytes, bytes]
 """The cells of one row, ``{b"family:qualifier": value}``."""
@@ -167,10 +168,15 @@ class Table(abc.ABC):
         ``returning`` names counters of ``deltas`` whose new values the caller needs (ValueError
         for one that is not in ``deltas``); the result maps each of them to its value, and is
         empty when ``returning`` is.  Each counter is changed atomically, but the set of them
-        MAY be seen half-applied.  Round trips: the embedded backend makes one statement of the
-        whole call; HBase's Thrift1 gateway returns no values from a batch of increments, so
-        there each counter in ``returning`` costs one ``atomicIncrement`` and the others go
-        together in one ``incrementRows``.
+        MAY be seen half-applied -- with one guarantee on order: the counters in ``returning``
+        change in the order of ``deltas``, each before the next (a mailbox's UID before its
+        MODSEQ: readers take a UID watermark behind the last UID as a MODSEQ in flight), and
+        when the call raises, a counter of ``returning`` that failed was the last one tried
+        and the others of ``deltas`` were not applied (so a caller whose UID could not be
+        taken has no counts to give back).  Round trips: the embedded backend makes one
+        statement of the whole call; HBase's Thrift1 gateway returns no values from a batch of
+        increments, so there each counter in ``returning`` costs one ``atomicIncrement``, one
+        after the other, and the others go together in one ``incrementRows`` after them.
         """
 
     @abc.abstractmethod
@@ -288,6 +294,23 @@ class Backend(abc.ABC):
     @abc.abstractmethod
     def delete_table(self, name: str) -> None:
         """Drop a table and everything in it (used by tests and by nothing else)."""
+
+    def concurrently(self, *calls: Callable[[], Any]) -> list[Any]:
+        """Run independent calls, possibly at the same time; return their results in order.
+
+        For a caller with work whose order does not matter (a read and an unrelated write, a
+        row in each of two tables): over HBase each call MAY run on its own pooled connection
+        while the others run, so the caller waits for the slowest round trip instead of their
+        sum.  Every call that starts runs to its end before this returns, and if any raised,
+        the exception of the first of them (in argument order) is raised; a call after one
+        that raised MAY not run at all, and the caller cannot tell from the exception which of
+        the others were applied (have each call note its own outcome if that matters).  A
+        caller MUST NOT rely on any order among the calls, nor on their running in its own
+        thread.  The embedded backend runs them one after the other, in argument order, in the
+        calling thread (inside its group, if one is open), and stops at the first that raises;
+        so does this default.
+        """
+        return [call() for call in calls]
 
     def sync(self) -> None:  # noqa: B027 - optional hook, a no-op for most backends
         """Make every write that has returned durable: survive a power cut, not just a crash.
