@@ -12,7 +12,7 @@ from __future__ import annotations
 import threading
 
 WRITES = ("put", "delete", "mutate_rows", "increment", "increment_many", "check_and_put",
-          "put_then_check_and_put")
+          "put_then_check_and_put", "increment_rows")
 
 
 class Crash(BaseException):
@@ -78,6 +78,12 @@ class DyingBackend:
 
     def table(self, name):
         return DyingTable(self._backend.table(name), self._budget, name)
+
+    def increment_rows(self, increments):
+        """One write, across rows and tables (the backend makes it one call)."""
+        self._budget.spend(True, ",".join(sorted({name for name, _, _ in increments})),
+                           "increment_rows", (increments,))
+        return self._backend.increment_rows(increments)
 
     def __getattr__(self, name):
         return getattr(self._backend, name)
