@@ -26,7 +26,7 @@ import pytest
 
 EXTERNAL_SKIP = pytest.mark.skipif(
     bool(os.environ.get("HBASE_THRIFT_HOST")),
-    reason="kills and restarts its own Thrift gateway subprocess; the external gateway named "
+    reason="stops or kills its own Thrift gateway to test an outage; the external gateway named "
            "by HBASE_THRIFT_HOST cannot be killed by a test (docs/deploy.md)")
 
 
