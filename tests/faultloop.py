@@ -424,7 +424,9 @@ def check(port: int, gateway: GatewayProcess, ledger: Ledger, figures: Figures) 
         where = found.get(key, [])
         name = f"{key[0]} {key[1]}"
         if len(where) > 1:
-            figures.duplicated.append(f"{name} in {where}")
+            # The ledger says whether the operation that led here was acknowledged (one
+            # place) or refused (several: its outcome unknown to the client).
+            figures.duplicated.append(f"{name} in {where}, ledger {sorted(places, key=str)}")
         elif not where and GONE not in places:
             figures.lost.append(f"{name}, expected in {sorted(places, key=str)}")
         elif where and where[0] not in places:
