@@ -437,7 +437,9 @@ class ContentStore:
         done = {cid for cid, _ in self.table.rows(ids, [marker])}
         for cid in ids:
             if cid not in done:
-                self.table.increment_many(cid, {REFS: -counts[cid], marker: 1})
+                # The marker first: HBase applies a batch of increments cell by cell, and a
+                # call cut between the two then leaves references too high, never too low.
+                self.table.increment_many(cid, {marker: 1, REFS: -counts[cid]})
         freed = [cid for cid, row in self.table.rows(ids, [REFS])
                  if decode_counter(row.get(REFS)) <= 0]
         self.release(freed)

@@ -247,6 +247,9 @@ class Fsck:
                              if row.get(STATE) == ABANDONED and len(row) > 1]
                 if leftovers:
                     table.mutate_rows(leftovers)
+                # Giving those UIDs up took back what their appends had counted (m:cnt,
+                # decision 0004): judge the counters as they are now, not as first read.
+                counters = store.mailboxes.counters(mailbox.id)
             self.report.add("counter", where, f"watermark {counters[VISIBLE]} behind "
                             f"allocated uid {counters[UID]}", self.repair)
         if not judge_counters:

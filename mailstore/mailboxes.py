@@ -336,7 +336,13 @@ class Mailboxes:
         cell (:func:`step_column`) change in one call, so whoever rolls the intent forward
         reads the marker and never counts the step twice (docs/decisions/0004)."""
         deltas = {c: d for c, d in ((COUNT, messages), (UNSEEN, unseen), (SIZE, size)) if d}
-        self.rows.increment_many(mailbox_id, {**deltas, step: 1})
+        # HBase applies a batch of increments cell by cell (a gateway dying mid-call can apply
+        # part of one): the marker goes where a cut errs high -- after counts that add, before
+        # counts that take away -- so a roll forward never leaves the counters too low.
+        if any(d < 0 for d in deltas.values()):
+            self.rows.increment_many(mailbox_id, {step: 1, **deltas})
+        else:
+            self.rows.increment_many(mailbox_id, {**deltas, step: 1})
 
     def steps_done(self, mailbox_id: bytes, steps: list[bytes]) -> set[bytes]:
         """Which of an intent's counting steps (marker cells) have been applied here."""

@@ -34,7 +34,7 @@ from . import keys, sortkeys
 from .backends.base import Backend, Mutation, decode_counter, encode_counter
 from .content import ContentStore
 from .errors import BackendUnavailable, Conflict, TooLarge, Unpublished
-from .mailboxes import MODSEQ, VISIBLE, Mailbox, Mailboxes
+from .mailboxes import COUNT, MODSEQ, SIZE, UNSEEN, VISIBLE, Mailbox, Mailboxes
 from .mime import StructureParser, parse_bytes
 from .preview import READ_LIMIT as PREVIEW_READ
 from .preview import decode_cell, encode_cell, make_preview
@@ -46,7 +46,7 @@ from .records import (
     MessageRecord,
     state_of,
 )
-from .schema import MESSAGES
+from .schema import MAILBOXES, MESSAGES
 
 STATE = b"m:s"
 ENVELOPE = b"m:env"
@@ -59,7 +59,12 @@ FLAGS = b"f:v"
 PREVIEW = b"m:pv"
 """The message's preview (RFC 8970, :mod:`mailstore.preview`); absent in rows stored before
 previews were kept."""
-PENDING_CELLS = (ENVELOPE, BODY, HEADER, FLAGS, PREVIEW, SORTKEYS)
+COUNTED = b"m:cnt"
+"""What an append counted in its mailbox row for this UID, as a counter cell: 0 or absent for
+nothing, else ``2 * size + unseen + 1``.  Incremented in the same call as the mailbox counters
+(:meth:`Backend.increment_rows`), so whoever gives the UID up knows exactly what to take back;
+the take-back is claimed by check-and-put of this cell to 0, so it happens once (decision 0004)."""
+PENDING_CELLS = (ENVELOPE, BODY, HEADER, FLAGS, PREVIEW, SORTKEYS, COUNTED)
 
 SYSTEM_FLAGS = {f.lower(): f for f in ("\\Seen", "\\Answered", "\\Flagged", "\\Deleted",
                                         "\\Draft")}
@@ -341,56 +346,92 @@ class Messages:
     # -- adding ---------------------------------------------------------------------------------
 
     def add(self, mailbox: Mailbox, stored: StoredContent, flags: Iterable[str] = (),
-            internal_date: float | None = None,
-            allocated: tuple[int, int] | None = None) -> tuple[int, int]:
+            internal_date: float | None = None) -> tuple[int, int]:
         """Make one reference to ``stored`` a message of ``mailbox``; return (uid, modseq).
-
-        ``allocated``: the (UID, MODSEQ) the caller took with ``Mailboxes.allocate`` with
-        this message counted (its size, and unseen unless ``flags`` has \\Seen), while it
-        did other work; from here on, they are given back on failure as if taken here.
         Returns only once the message is visible to every reader of the mailbox.
         """
         self._replay_uncounted()
         flag_set = canonical_flags(flags)
         date = self.clock() if internal_date is None else internal_date
         seen = "\\Seen" in flag_set
-        # UID, MODSEQ and the mailbox counters in one step: the message is counted before it
-        # is committed, so a crash leaves the counters too high (fsck), never too low.
-        if allocated is None:
-            allocated = self.boxes.allocate(mailbox.id, stored.size, unseen=not seen)
-        uid, modseq = allocated
-        try:
-            for attempt in range(5):
-                if attempt:
-                    uid, modseq = self.boxes.allocate(mailbox.id)
-                key = keys.message_key(mailbox.id, uid)
-                record = MessageRecord(uid=uid, content=stored.content_id, size=stored.size,
-                                       internal_date=date, modseq=modseq,
-                                       header_size=stored.info.get("header_size", 0),
-                                       lines=stored.info.get("lines", 0),
-                                       chunk_size=stored.chunk_size, save_date=self.clock())
-                try:
-                    committed = self.table.put_then_check_and_put(
-                        key, self._pending_cells(stored, Flags(modseq, flag_set)), STATE,
-                        record.encode())
-                except BaseException:
-                    self._abandon(key)
+        for _attempt in range(5):
+            uid, modseq = self.boxes.allocate(mailbox.id)
+            key = keys.message_key(mailbox.id, uid)
+            # The message is counted before it is committed (a reader may see the count a
+            # moment early, never late), and its row marked as counted in the same call: a
+            # writer killed before its commit leaves counts that whoever gives the UID up
+            # takes back exactly (decision 0004).
+            self._count(mailbox.id, key, stored.size, seen)
+            record = MessageRecord(uid=uid, content=stored.content_id, size=stored.size,
+                                   internal_date=date, modseq=modseq,
+                                   header_size=stored.info.get("header_size", 0),
+                                   lines=stored.info.get("lines", 0),
+                                   chunk_size=stored.chunk_size, save_date=self.clock())
+            encoded = record.encode()
+            try:
+                committed = self.table.put_then_check_and_put(
+                    key, self._pending_cells(stored, Flags(modseq, flag_set)), STATE, encoded)
+            except BaseException:
+                if not self._committed_after_all(mailbox.id, key, encoded):
                     raise
-                if committed:
-                    break
-                # We were too slow and a reader gave our UID up; take another.
-                self.table.delete(key, list(PENDING_CELLS))
-            else:
-                raise Conflict("could not commit the message: UIDs kept being abandoned")
-        except BaseException:
-            self._uncount(mailbox.id, stored.size, seen)
-            raise
+                committed = True
+            if committed:
+                break
+            # We were too slow and a reader gave our UID up (and, or we now, its counts).
+            self._release(mailbox.id, key)
+        else:
+            raise Conflict("could not commit the message: UIDs kept being abandoned")
         try:
             self.publish(mailbox.id, uid, uid)
         except Exception as exc:
             # Committed: the row owns its content reference now, whatever callers undo.
             raise Unpublished(f"message {uid} stored, not yet visible: {exc}", uid) from exc
         return uid, modseq
+
+    def _count(self, mailbox_id: bytes, key: bytes, size: int, seen: bool) -> None:
+        """Count one message of ``size`` octets in the mailbox and mark its row ``key`` as
+        counted (:data:`COUNTED`), in one call."""
+        deltas = {COUNT: 1}
+        if size:
+            deltas[SIZE] = size
+        if not seen:
+            deltas[UNSEEN] = 1
+        self.backend.increment_rows([(MAILBOXES.name, mailbox_id, deltas),
+                                     (MESSAGES.name, key, {COUNTED: 2 * size + (not seen) + 1})])
+
+    def _committed_after_all(self, mailbox_id: bytes, key: bytes, record: bytes) -> bool:
+        """After a commit call failed: True if it was applied all the same (its answer was
+        lost); else give the UID up and take its counts back, and return False.
+
+        Raises :class:`Unpublished` when the store cannot tell: the message may be there, so
+        its content reference must stay, and its counts stay with the row's :data:`COUNTED`
+        for whoever gives the UID up later if it was not committed."""
+        try:
+            if self.table.check_and_put(key, STATE, None, STATE, ABANDONED):
+                self._release(mailbox_id, key)
+                return False
+            state = self.table.row(key, [STATE]).get(STATE)
+        except Exception as exc:
+            raise Unpublished(f"message {keys.message_key_uid(key)} may be stored: {exc}",
+                              keys.message_key_uid(key)) from exc
+        if state == record:
+            return True
+        self._release(mailbox_id, key)      # given up by another: ours to take back
+        return False
+
+    def _release(self, mailbox_id: bytes, key: bytes, counted: bytes | None = None) -> None:
+        """Take back what an append counted for the abandoned UID ``key`` (once, whoever calls:
+        the claim is a check-and-put of :data:`COUNTED` to 0), then strip what its writer had
+        put in the row.  ``counted``: the cell as already read, if it was."""
+        if counted is None:
+            counted = self.table.row(key, [COUNTED]).get(COUNTED)
+        code = decode_counter(counted)
+        if code > 0 and self.table.check_and_put(key, COUNTED, counted, COUNTED,
+                                                 encode_counter(0)):
+            size, unseen = divmod(code - 1, 2)
+            # A crash just here leaves the counts too high (fsck), never too low.
+            self.boxes.add_counts(mailbox_id, messages=-1, size=-size, unseen=-unseen)
+        self.table.delete(key, list(PENDING_CELLS))
 
     def _pending_cells(self, stored: StoredContent, flags: Flags) -> dict[bytes, bytes]:
         envelope = stored.info.get("envelope")
@@ -403,13 +444,6 @@ class Messages:
         if stored.preview is not None:
             cells[PREVIEW] = encode_cell(stored.preview)
         return cells
-
-    def give_up(self, mailbox_id: bytes, uid: int, size: int, seen: bool) -> None:
-        """Give back a UID taken with the message counted (``Mailboxes.allocate`` with its
-        size) for a message that will not be written after all: the UID abandoned, so the
-        watermark need not wait for it, and the counts taken back.  Never raises."""
-        self._abandon(keys.message_key(mailbox_id, uid))
-        self._uncount(mailbox_id, size, seen)
 
     def _uncount(self, mailbox_id: bytes, size: int, seen: bool) -> None:
         """Take back the counts of a message that will not be committed after all."""
@@ -433,13 +467,6 @@ class Messages:
             pending, self._uncounted = self._uncounted, []
         for entry in pending:
             self._take_back(*entry)     # kept again if still refused unsent
-
-    def _abandon(self, key: bytes) -> None:
-        """Give up a UID we allocated but could not commit, so the watermark need not wait."""
-        try:
-            self.table.check_and_put(key, STATE, None, STATE, ABANDONED)
-        except Exception:  # the store is failing; the stall timeout will do it later
-            pass
 
     # -- the watermark ---------------------------------------------------------------------------
 
@@ -483,8 +510,9 @@ class Messages:
             waiting = mark + 1
             since = first_seen.setdefault(waiting, self.clock())
             if self.clock() - since >= self.abandon_after:
-                self.table.check_and_put(keys.message_key(mailbox_id, waiting), STATE, None,
-                                         STATE, ABANDONED)
+                key = keys.message_key(mailbox_id, waiting)
+                if self.table.check_and_put(key, STATE, None, STATE, ABANDONED):
+                    self._release(mailbox_id, key)
                 continue
             # The writer we wait for may be blocked by our own unit of work (an append runs
             # as one transaction on the embedded store): let it in before waiting.
@@ -520,9 +548,9 @@ class Messages:
                 if not self.table.check_and_put(key, STATE, None, STATE, ABANDONED):
                     break  # its writer committed it after all: the next open moves on
                 if len(row):
-                    self.table.delete(key, list(PENDING_CELLS))
+                    self._release(mailbox_id, key, row.get(COUNTED))
             elif row[STATE] == ABANDONED and len(row) > 1:
-                self.table.delete(keys.message_key(mailbox_id, uid), list(PENDING_CELLS))
+                self._release(mailbox_id, keys.message_key(mailbox_id, uid), row.get(COUNTED))
             stalled.pop((mailbox_id, uid), None)
             reach = uid
         if reach > visible:

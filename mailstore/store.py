@@ -522,9 +522,8 @@ class MailStore:
         else:
             mailbox = self.mailboxes.get(user, mailbox_name)
         user = mailbox.owner
-        allocated = None
         if size is not None and size <= self.content.chunk_size:
-            stored, allocated = self._prepare(mailbox, source, size, flags, credit)
+            stored = self._prepare(mailbox, source, size, credit)
         else:
             # Checked first: content of more than a chunk is not written just to be refused.
             self.check_quota(user, (size or 0) - credit_bytes, 1 - credit_messages)
@@ -532,7 +531,7 @@ class MailStore:
         try:
             if size is None:
                 self.check_quota(user, stored.size - credit_bytes, 1 - credit_messages)
-            uid = self.add_stored(mailbox, stored, flags, internal_date, allocated)
+            uid = self.add_stored(mailbox, stored, flags, internal_date)
         except Unpublished:
             raise  # the message row holds the content's reference
         except BaseException:
@@ -540,22 +539,16 @@ class MailStore:
             raise
         return mailbox.uidvalidity, uid
 
-    def _prepare(self, mailbox: Mailbox, source, size: int, flags: Iterable[str],
-                 credit: tuple[int, int]) -> tuple[StoredContent, tuple[int, int]]:
+    def _prepare(self, mailbox: Mailbox, source, size: int,
+                 credit: tuple[int, int]) -> StoredContent:
         """The first steps of an APPEND of known ``size`` (at most a chunk), at the same
-        time where the backend can: read the owner's account (for the quota), write the
-        content, and take the UID and MODSEQ with the message counted (Messages.add with
-        ``allocated``).  None of them depends on another, and none makes anything
-        visible: nothing refers to the content and the UID is above the watermark until the
-        message row is committed (decision 0001).  Over HBase that is three round trips one
-        after the other (the UID, the MODSEQ, the counters' batch) where it was five.
-
-        The message is counted before the quota is checked, so for an account with limits
-        the usage read afterwards includes it, and is compared with the limits as it is.  A
-        refusal (over quota, or a failure) gives everything back: the content, deleted at
-        once (no row ever referred to it), the counts, and the UID, abandoned (a refused
-        APPEND may leave a gap in the UIDs, which RFC 3501 2.3.1.1 allows)."""
-        seen = "\\Seen" in canonical_flags(flags)  # ValueError before anything is written
+        time where the backend can: read the owner's account (for the quota) and write the
+        content.  Neither depends on the other, and neither makes anything visible: nothing
+        refers to the content until the message row is committed (decision 0001).  The UID,
+        MODSEQ and counts are taken after, by Messages.add: the count and the row's counted
+        marker go in one call, which is what keeps the counters exact after a kill (decision
+        0004), so they cannot be taken beside the content.  A refusal (over quota, or a
+        failure) deletes the content at once (no row ever referred to it)."""
         got: dict[str, object] = {}
 
         def account() -> None:
@@ -564,32 +557,23 @@ class MailStore:
 
         def ingest() -> None:
             got["stored"] = self.ingest(source)
-
-        def allocate() -> None:
-            got["allocated"] = self.mailboxes.allocate(mailbox.id, size, unseen=not seen)
         try:
-            self.backend.concurrently(account, ingest, allocate)
+            self.backend.concurrently(account, ingest)
             owner = got.get("account")
             if isinstance(owner, User) and (owner.storage_limit is not None
                                             or owner.message_limit is not None):
-                check_quota(owner, self.usage(owner.name), -credit[0], -credit[1])
+                check_quota(owner, self.usage(owner.name), size - credit[0], 1 - credit[1])
         except BaseException:
             stored = got.get("stored")
             if isinstance(stored, StoredContent):
                 self.content.discard(stored.content_id)
-            allocated = got.get("allocated")
-            if allocated is not None:
-                self.messages.give_up(mailbox.id, allocated[0], size, seen)
             raise
-        return got["stored"], got["allocated"]  # type: ignore[return-value]
+        return got["stored"]  # type: ignore[return-value]
 
     def add_stored(self, mailbox: Mailbox, stored: StoredContent, flags: Iterable[str] = (),
-                   internal_date: float | None = None,
-                   allocated: tuple[int, int] | None = None) -> int:
-        """Add a message row for content already ingested (one of its references); its UID.
-        ``allocated``: the (UID, MODSEQ) taken for it with the message counted, if the
-        caller has (Messages.add)."""
-        uid, _modseq = self.messages.add(mailbox, stored, flags, internal_date, allocated)
+                   internal_date: float | None = None) -> int:
+        """Add a message row for content already ingested (one of its references); its UID."""
+        uid, _modseq = self.messages.add(mailbox, stored, flags, internal_date)
         # In the append's unit of work (one SQLite transaction on the embedded store), after
         # the commit record: a crash in between leaves the message unmarked, so scanned.
         if self.text.at_append:

@@ -280,8 +280,13 @@ class Transfers:
         self.messages.advance(target.id, top)
         return {bytes.fromhex(p[2]) for p in pairs}
 
-    def _place(self, target: Mailbox, view: MessageView, uid: int, modseq: int) -> int:
-        """Write and commit one copy of ``view`` as ``uid`` (or a fresh UID if it was given up)."""
+    def _place(self, target: Mailbox, view: MessageView, uid: int, modseq: int,
+               renamed=None) -> int:
+        """Write and commit one copy of ``view`` as ``uid`` (or a fresh UID if it was given up).
+
+        ``renamed(old, new)``, if given, is called with a fresh UID *before* anything is written
+        there, so that the intent names the UID its copy may be at (a roll forward then finds
+        that copy instead of writing another: decision 0003)."""
         while True:
             key = keys.message_key(target.id, uid)
             cells = {FLAGS: Flags(modseq, view.flags.names).encode()}
@@ -306,7 +311,17 @@ class Transfers:
             if self.messages.table.check_and_put(key, STATE, None, STATE, record.encode()):
                 return uid
             self.messages.table.delete(key, list(PENDING_CELLS))
+            old = uid
             uid, modseq = self._allocate(target, 1)
+            if renamed is not None:
+                renamed(old, uid)
+
+    def _renamer(self, intent: bytes, op: dict):
+        """A ``renamed`` callback for :meth:`_place` that rewrites a move intent's pairs."""
+        def renamed(old: int, new: int) -> None:
+            op["pairs"] = [[src, new if dst == old else dst] for src, dst in op["pairs"]]
+            self.intents.put(intent, {OP: json.dumps(op).encode()})
+        return renamed
 
     def _allocate(self, target: Mailbox, count: int) -> tuple[int, int]:
         """The last of ``count`` new UIDs and of their MODSEQs.  The UID first (one step on
@@ -330,17 +345,17 @@ class Transfers:
         count = len(views)
         last, top_modseq = self._allocate(target, count)
         planned = [(v.uid, last - count + 1 + i) for i, v in enumerate(views)]
-        intent = self._begin(source.id, {"op": "move", "target": target.id.hex(),
-                                         "pairs": planned})
+        op = {"op": "move", "target": target.id.hex(), "pairs": planned}
+        intent = self._begin(source.id, op)
         with self.changes.recording(source.id, [v.uid for v in views], also={MODSEQ: 1}):
             moved = self._move_claimed(source, target, intent, views, planned, last,
-                                       top_modseq)
+                                       top_modseq, self._renamer(intent, op))
         self._end(intent, [source.id, target.id])
         return [(v.uid, uid) for v, uid in moved]
 
     def _move_claimed(self, source: Mailbox, target: Mailbox, intent: bytes,
                       views: list[MessageView], planned: list[tuple[int, int]], last: int,
-                      top_modseq: int) -> list[tuple[MessageView, int]]:
+                      top_modseq: int, renamed=None) -> list[tuple[MessageView, int]]:
         count = len(views)
         claimed, given_up = [], []
         for view, (_, uid) in zip(views, planned, strict=True):
@@ -355,7 +370,7 @@ class Transfers:
         # counts its message before the commit: a copy the user sees (and may expunge) in the
         # target is always one the target has counted.
         self._count_target(target, intent, [v for v, _ in claimed])
-        moved = [(view, self._place(target, view, uid, top_modseq - count + 1 + i))
+        moved = [(view, self._place(target, view, uid, top_modseq - count + 1 + i, renamed))
                  for i, (view, uid) in enumerate(claimed)]
         for uid in given_up:
             self.messages.table.check_and_put(keys.message_key(target.id, uid), STATE, None,
@@ -493,7 +508,8 @@ class Transfers:
             self._count_target(target, intent, [_view(k, r[STATE], r)
                                                 for k, r in claimed_rows.items()])
         moved: list[tuple[MessageView, int]] = []
-        for src_key, dst_key, (_src_uid, dst_uid) in zip(src_keys, dst_keys, op["pairs"],
+        rename = self._renamer(intent, op)
+        for src_key, dst_key, (_src_uid, dst_uid) in zip(src_keys, dst_keys, list(op["pairs"]),
                                                          strict=True):
             dst_state = dst_states.get(dst_key)
             row = claimed_rows.get(src_key)
@@ -514,10 +530,12 @@ class Transfers:
                 moved.append((view, dst_uid))   # written (and counted) before the crash
                 continue
             if dst_state == ABANDONED:
+                old = dst_uid
                 dst_uid, modseq = self._allocate(target, 1)
+                rename(old, dst_uid)
             else:
                 modseq = self.boxes.rows.increment(target.id, MODSEQ, 1)
-            moved.append((view, self._place(target, view, dst_uid, modseq)))
+            moved.append((view, self._place(target, view, dst_uid, modseq, rename)))
         top = max((uid for _, uid in moved), default=0)
         self.messages.advance(target.id, max(top, *(d for _, d in op["pairs"])))
         self._delete_sources(source, intent, [v for v, _ in moved])

@@ -12,7 +12,7 @@ from __future__ import annotations
 import threading
 
 WRITES = ("put", "put_large", "delete", "mutate_rows", "increment", "increment_many",
-          "check_and_put", "put_then_check_and_put")
+          "check_and_put", "put_then_check_and_put", "increment_rows")
 
 
 class Crash(BaseException):
@@ -87,6 +87,12 @@ class DyingBackend:
         if isinstance(index, PostingIndex):
             return PostingIndex(self.table(index.table.name))
         return DyingTable(index, self._budget, "text_index")
+
+    def increment_rows(self, increments):
+        """One write, across rows and tables (the backend makes it one call)."""
+        self._budget.spend(True, ",".join(sorted({name for name, _, _ in increments})),
+                           "increment_rows", (increments,))
+        return self._backend.increment_rows(increments)
 
     def __getattr__(self, name):
         return getattr(self._backend, name)

@@ -43,22 +43,23 @@ def _fastest_append(store: MailStore, mailbox, tries: int = 3) -> float:
     return best
 
 
-def test_append_waits_for_six_round_trips_in_a_row_not_eight(slow_store):
+def test_append_waits_for_seven_round_trips_in_a_row_not_eight(slow_store):
     """An APPEND makes eight Thrift calls (the account read for the quota, the content put,
-    the UID and MODSEQ increments, the counters' batch, the message row's put, its commit
-    check-and-put, the watermark's check-and-put).  The account read, the content put and
-    the increments depend on none of each other and go out together; the MODSEQ increment
-    follows the UID's (readers rely on that order) and the counters' batch follows both (so
-    that a failed UID leaves no counts behind), and the row, its commit and the watermark
-    follow in the order decision 0001 requires: six calls in a row.  Made one after the
-    other (before), eight: 0.8 s here."""
+    the UID and MODSEQ increments, the counts with the row's counted marker in one
+    ``incrementRows``, the message row's put, its commit check-and-put, the watermark's
+    check-and-put).  The account read and the content put depend on neither and go out
+    together; the MODSEQ increment follows the UID's (readers rely on that order), the counts
+    follow both (they carry the row key, so that a writer killed before its commit leaves
+    counts whoever gives its UID up takes back exactly: decision 0004), and the row, its
+    commit and the watermark follow in the order decision 0001 requires: seven calls in a
+    row.  Made one after the other (before), eight: 0.8 s here."""
     store = slow_store
     inbox = store.mailbox("alice", "INBOX")
     before = store.backend.round_trips()
     took = _fastest_append(store, inbox)
     after = store.backend.round_trips()
     assert sum(after.values()) - sum(before.values()) == 3 * 8
-    assert took < 7 * DELAY, f"APPEND took {took:.2f} s: more than six round trips in a row"
+    assert took < 7.7 * DELAY, f"APPEND took {took:.2f} s: more than seven round trips in a row"
     assert store.uids(store.mailbox("alice", "INBOX")) == [1, 2, 3]
 
 

@@ -312,6 +312,21 @@ class Backend(abc.ABC):
         """
         return [call() for call in calls]
 
+    def increment_rows(self, increments: Sequence[tuple[str, bytes, Mapping[bytes, int]]]
+                       ) -> None:
+        """Add to counters of several rows, of one table or several: each item is ``(table
+        name, row, {column: delta})``.  Nothing is returned.
+
+        One call: a process killed while making it has applied all of it or none (the
+        embedded backend runs it as one transaction; over HBase it is one Thrift1
+        ``incrementRows``, which a killed client sent whole or not at all -- the gateway
+        applies it cell by cell, so a fault of the *gateway* mid-call MAY still cut it).  The
+        mail store counts an append's message and marks the message row as counted this way
+        (docs/decisions/0004).  This default makes one call per row, without that guarantee.
+        """
+        for name, row, deltas in increments:
+            self.table(name).increment_many(row, deltas)
+
     def sync(self) -> None:  # noqa: B027 - optional hook, a no-op for most backends
         """Make every write that has returned durable: survive a power cut, not just a crash.
 

@@ -528,6 +528,13 @@ class EmbeddedBackend(Backend):
     def table(self, name: str) -> Table:
         return EmbeddedTable(self, name)
 
+    def increment_rows(self, increments: Sequence[tuple[str, bytes, Mapping[bytes, int]]]
+                       ) -> None:
+        # One transaction (the group's, if one is open): all or nothing, even for a kill.
+        with self._locked():
+            for name, row, deltas in increments:
+                self.table(name).increment_many(row, deltas)
+
     def grouped(self) -> _Group:
         # One BEGIN IMMEDIATE ... COMMIT around the calls: the write lock is taken once, each
         # page the calls change goes to the log once (an append changes its mailbox row twice),

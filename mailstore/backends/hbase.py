@@ -395,6 +395,19 @@ class HBaseBackend(Backend):
         raw = name.encode("utf-8")
         return self._prefix.encode("utf-8") + b"_" + raw if self._prefix else raw
 
+    def increment_rows(self, increments: Sequence[tuple[str, bytes, Mapping[bytes, int]]]
+                       ) -> None:
+        # One incrementRows: a TIncrement names its own table, so rows of several tables go
+        # in the same request, which a killed client sent whole or not at all.
+        incs = []
+        for name, row, deltas in increments:
+            for column, delta in deltas.items():
+                HBaseTable._check_cell(column)
+                incs.append(TIncrement(table=self._table_bytes(name), row=row, column=column,
+                                       ammount=int(delta)))
+        if incs:
+            self._run("increment", lambda c: c.client.incrementRows(incs))
+
     def _run(self, what: str, call: Callable[[happybase.Connection], T]) -> T:
         """Run ``call`` on a pooled connection, translating every failure."""
         if self._closed:
