@@ -195,6 +195,13 @@ class Backend(abc.ABC):
 
     name: str
 
+    local_reads = False
+    """Whether a read returns without waiting on the network or another writer, in a few
+    microseconds for a single row: such a read may run in the caller's thread (the IMAP
+    server's reactor does so for a refresh that finds nothing new) instead of a worker
+    thread, whose round trip costs more CPU than the read.  HBase's reads are network
+    round trips: no."""
+
     @abc.abstractmethod
     def table(self, name: str) -> Table:
         """The table called ``name`` (without any configured prefix); it must exist."""

@@ -389,6 +389,8 @@ class EmbeddedBackend(Backend):
     """
 
     name = "embedded"
+    # SQLite in WAL mode: a reader never waits for a writer (only for WAL recovery, rare).
+    local_reads = True
 
     def __init__(self, data_dir: str, synchronous: str = "FULL", busy_timeout: float = 30.0,
                  allow_shared_permissions: bool = False, **_ignored: object):
