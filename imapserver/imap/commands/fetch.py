@@ -46,7 +46,13 @@ from ..context import SELECTED, Bad, No, command
 from ..object_items import OBJECT_KINDS, object_item
 from ..qresync import missing, ranges_text
 from ..render import BODY as NEED_BODY
-from ..render import CONTENT, bodystructure, envelope, internaldate, parse_fetch_items
+from ..render import (
+    CONTENT,
+    cached_bodystructure,
+    cached_envelope,
+    internaldate,
+    parse_fetch_items,
+)
 from ..render import ENVELOPE as NEED_ENVELOPE
 from ..render import HEADER as NEED_HEADER
 from ..render import PREVIEW as NEED_PREVIEW
@@ -155,10 +161,11 @@ def _render_batch(store, mailbox, batch, columns, items, set_seen, seq_of, own,
             elif kind == "RFC822.SIZE":
                 parts.append(b"RFC822.SIZE %d" % view.record.size)
             elif kind == "ENVELOPE":
-                parts.append(b"ENVELOPE " + envelope(view.envelope))
+                parts.append(b"ENVELOPE " + cached_envelope(view.record.content,
+                                                            view.envelope))
             elif kind in ("BODY", "BODYSTRUCTURE"):
-                parts.append(kind.encode() + b" " +
-                             bodystructure(view.body, extended=kind == "BODYSTRUCTURE"))
+                parts.append(kind.encode() + b" " + cached_bodystructure(
+                    view.record.content, view.body, kind == "BODYSTRUCTURE"))
             elif kind in ("BINARY", "BINARY.SIZE"):
                 if reader is None:
                     reader = store.open_message(view)
