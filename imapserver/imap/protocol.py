@@ -242,11 +242,9 @@ class IMAPServerProtocol(protocol.Protocol):
         """Write whole response lines (each without CRLF) in one call."""
         if self.closed or self.closing or not lines:
             return
-        out = []
-        for line in lines:
-            out.append(line)
-            out.append(CRLF)
-        self._send(out)
+        # One joined buffer: the transport's writeSequence checks and copies each piece, which
+        # for 100 FETCH lines cost more than the join (issue 14).
+        self._send([CRLF.join(lines) + CRLF])
 
     def write_raw(self, data: list[bytes]) -> None:
         if not (self.closed or self.closing):
