@@ -109,11 +109,13 @@ class CommandContext:
                                          *args, **kwargs)
 
     def call_local(self, fn: Callable, *args, **kwargs):
-        """:meth:`call` for a bounded read that writes nothing (a FETCH batch of cached
-        columns): run in this thread when the backend's reads are local (``local_reads``,
-        the embedded store), since a worker thread's round trip costs more CPU than such a
-        read (~200 us per command, bench/RESULTS.md, issue 14); else as :meth:`call`.
-        Timed and counted the same either way."""
+        """:meth:`call` for a bounded read (a FETCH batch of cached columns, STATUS, LIST):
+        run in this thread when the backend's reads are local (``local_reads``, the embedded
+        store), since a worker thread's round trip costs more CPU than such a read (~200 us
+        per command, bench/RESULTS.md, issue 14); else as :meth:`call`.  Timed and counted
+        the same either way.  Such a read may write only to roll forward what a crashed
+        writer left (a half-created mailbox, a move to finish): rare, and then this thread
+        waits for the write lock as a worker would."""
         if not self.store.backend.local_reads:
             return self.call(fn, *args, **kwargs)
         try:

@@ -422,7 +422,7 @@ def list_(ctx):
         # RFC 3501 6.3.8: the hierarchy delimiter and root.
         ctx.untagged(b'LIST (\\Noselect) "/" ""')
         return
-    visible, subscribed = yield ctx.call(_list_data, ctx.store, ctx.session.user)
+    visible, subscribed = yield ctx.call_local(_list_data, ctx.store, ctx.session.user)
     rights_of = {m.id: r for m, r in visible}
     mailboxes = [m for m, _r in visible]
     # STATUS items only of mailboxes the user may read (RFC 4314 4: STATUS needs "r").
@@ -528,6 +528,9 @@ def status(ctx):
     if not isinstance(ctx.args[1], list):
         raise Bad("STATUS items must be a parenthesized list")
     items = _status_items(ctx.args[1], ctx.session)
+    # Reads of a few rows: in the reactor's thread where the store allows (call_local), but
+    # HIGHESTMODSEQ may store its point (a write), so that one goes to the pool.
+    call = ctx.call if "HIGHESTMODSEQ" in items else ctx.call_local
     selected = ctx.session.selected
 
     if "HIGHESTMODSEQ" in items:
@@ -541,7 +544,7 @@ def status(ctx):
             extra["HIGHESTMODSEQ"] = ctx.store.highest_modseq(mailbox)
         return mailbox, recent, extra
     try:
-        mailbox, recent, extra = yield ctx.call(run)
+        mailbox, recent, extra = yield call(run)
     except NotFound:
         raise No(f"Mailbox does not exist: {name}", "NONEXISTENT") from None
     ctx.untagged(_status_line(mailbox, items, recent, extra,
