@@ -32,10 +32,20 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from imap_load import Conn  # noqa: E402
-from imap_servers import PASSWORD, Dovecot, Mail, Mailbox, OurServer, fill_maildir, \
-    fill_ours, message  # noqa: E402
+from imap_servers import (  # noqa: E402
+    PASSWORD,
+    Dovecot,
+    Mail,
+    Mailbox,
+    OurServer,
+    fill_maildir,
+    fill_ours,
+    message,
+)
 
 COMMANDS = {
+    # No store call at all: the floor (reading, parsing, dispatch, writing, metrics).
+    "CAPABILITY": [b"CAPABILITY"],
     "NOOP": [b"NOOP"],
     "STATUS": [b"STATUS Work (MESSAGES UNSEEN UIDNEXT)"],
     "SELECT": [b"SELECT INBOX"],
@@ -82,6 +92,8 @@ def main() -> None:
     ap.add_argument("--only", help="comma list of command names (default: all)")
     ap.add_argument("--servers", default="ours", help="comma list of: ours, dovecot, tuned")
     ap.add_argument("--profile", help="py-spy our server into this directory")
+    ap.add_argument("--base", help="also run this checkout's server (e.g. `git archive` of the "
+                    "code before a change) as server \"base\", interleaved with ours")
     args = ap.parse_args()
     names = args.only.split(",") if args.only else list(COMMANDS)
     user = "cpu"
@@ -89,9 +101,12 @@ def main() -> None:
     work = tempfile.mkdtemp(prefix="cmd-cpu-")
     servers = []
     try:
-        for kind in args.servers.split(","):
-            if kind == "ours":
-                server = OurServer(os.path.join(work, "store"), os.path.join(work, "log"))
+        kinds = args.servers.split(",") + (["base"] if args.base else [])
+        for kind in kinds:
+            if kind in ("ours", "base"):
+                server = OurServer(os.path.join(work, kind), os.path.join(work, kind + ".log"),
+                                   root=args.base if kind == "base" else None)
+                server.name = kind
                 fill_ours(server.data_dir, mail)
             else:
                 server = Dovecot([user], tuned=kind == "tuned")

@@ -335,8 +335,10 @@ class OurServer:
     name = "ours"
 
     def __init__(self, data_dir: str, log_path: str, env: dict[str, str] | None = None,
-                 workers: str = "1"):
+                 workers: str = "1", root: str | None = None):
         self.data_dir = data_dir
+        # Another checkout's code (a before/after comparison in one run), else this one's.
+        self.root = root or str(ROOT)
         self.log_path = log_path
         self.env = env or {}
         # One process unless asked: the figures in bench/RESULTS.md (memory and py-spy of
@@ -353,8 +355,9 @@ class OurServer:
              "--imap-port", "auto", "--imaps-port", "0", "--smtp-port", "0", "--lmtp-port", "0",
              "--sieve-port", "0",
              "--workers", self.workers],
-            cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
-            env=dict(os.environ, PYTHONUNBUFFERED="1", **self.env))
+            cwd=self.root, stdout=log, stderr=subprocess.STDOUT,
+            env=dict(os.environ, PYTHONUNBUFFERED="1", **self.env,
+                     **({"PYTHONPATH": self.root} if root_differs(self.root) else {})))
         log.close()
         deadline = time.monotonic() + START_TIMEOUT
         while time.monotonic() < deadline and self.proc.poll() is None:
@@ -384,6 +387,10 @@ class OurServer:
     def stop(self) -> None:
         stop_process(self.proc)
         self.proc = None
+
+
+def root_differs(root: str) -> bool:
+    return Path(root).resolve() != ROOT
 
 
 def yescrypt(password: str) -> str:
