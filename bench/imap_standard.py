@@ -2,6 +2,7 @@
 
     PYTHONPATH=. .venv/bin/python bench/imap_standard.py [--clients 1,20,50] [--duration 30]
         [--warmup 3] [--rounds 1] [--users 20] [--servers ours,dovecot,tuned] [--workers 1]
+        [--base DIR]
 
 Three servers over the same mail (``--users`` users, each INBOX 100 messages of 4 KB, 10%
 unseen): ours (``imapserver``, embedded store, ``--workers``), Dovecot in its stock
@@ -66,6 +67,8 @@ def main() -> None:
     ap.add_argument("--users", type=int, default=20)
     ap.add_argument("--servers", default="ours,dovecot,tuned")
     ap.add_argument("--workers", default="1", help="our server's --workers")
+    ap.add_argument("--base", help="also run this checkout's server (the code before a "
+                    "change, e.g. from `git archive`) as \"base\", interleaved")
     args = ap.parse_args()
     users = [f"std{i:02d}" for i in range(args.users)]
     mail = Mail({u: Mailbox(SIZE, [message(i, 4096) for i in range(SIZE)], unseen_every=10)
@@ -75,10 +78,12 @@ def main() -> None:
     load_before = os.getloadavg()[0]
     started = time.monotonic()
     try:
-        for kind in args.servers.split(","):
-            if kind == "ours":
-                server = OurServer(os.path.join(work, "store"), os.path.join(work, "log"),
-                                   workers=args.workers)
+        for kind in args.servers.split(",") + (["base"] if args.base else []):
+            if kind in ("ours", "base"):
+                server = OurServer(os.path.join(work, kind), os.path.join(work, kind + ".log"),
+                                   workers=args.workers,
+                                   root=args.base if kind == "base" else None)
+                server.name = kind
                 fill_ours(server.data_dir, mail)
             else:
                 server = Dovecot(users, tuned=kind == "tuned")
