@@ -190,6 +190,12 @@ class Table(abc.ABC):
         return self.check_and_put(row, column, None, column, value)
 
 
+class ReadsOnly:
+    """What :meth:`Backend.reads_only` yields: ``refused`` once a write was refused."""
+
+    refused = False
+
+
 class Backend(abc.ABC):
     """A store of tables, chosen by name from the configuration (see :func:`open_backend`)."""
 
@@ -201,6 +207,15 @@ class Backend(abc.ABC):
     server's reactor does so for a refresh that finds nothing new) instead of a worker
     thread, whose round trip costs more CPU than the read.  HBase's reads are network
     round trips: no."""
+
+    @contextlib.contextmanager
+    def reads_only(self) -> Iterator[ReadsOnly]:
+        """Within: any write by this thread raises :class:`~mailstore.errors.WriteRefused`
+        and sets the yielded probe's ``refused``, whoever catches the error -- so a caller
+        that runs a read in a thread that must not wait for the write lock (a reactor) can
+        tell that it has to run the call again elsewhere.  A backend without
+        ``local_reads`` is never asked; this one enforces nothing."""
+        yield ReadsOnly()
 
     @abc.abstractmethod
     def table(self, name: str) -> Table:

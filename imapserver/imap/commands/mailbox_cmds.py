@@ -120,8 +120,11 @@ def _select(ctx, readonly: bool):
         yield enable_condstore(ctx)
     condstore, _ = modseq_modes(ctx.session)
     is_rev2 = rev2(ctx.session)
-    selected, highest, resync = yield ctx.call(_open, ctx.store, ctx.session.user, name,
-                                               readonly, condstore, params.qresync, is_rev2)
+    # In the reactor's thread when nothing needs writing (call_local; a SELECT that claims
+    # \Recent for new messages, or stores a HIGHESTMODSEQ point, runs again in the pool).
+    selected, highest, resync = yield ctx.call_local(_open, ctx.store, ctx.session.user, name,
+                                                     readonly, condstore, params.qresync,
+                                                     is_rev2)
     ctx.session.selected = selected
     readonly = selected.readonly
     for line in flags_lines(sorted(selected.announced), readonly, selected.rights):
@@ -528,9 +531,8 @@ def status(ctx):
     if not isinstance(ctx.args[1], list):
         raise Bad("STATUS items must be a parenthesized list")
     items = _status_items(ctx.args[1], ctx.session)
-    # Reads of a few rows: in the reactor's thread where the store allows (call_local), but
-    # HIGHESTMODSEQ may store its point (a write), so that one goes to the pool.
-    call = ctx.call if "HIGHESTMODSEQ" in items else ctx.call_local
+    # Reads of a few rows: in the reactor's thread where the store allows (call_local).
+    call = ctx.call_local
     selected = ctx.session.selected
 
     if "HIGHESTMODSEQ" in items:
