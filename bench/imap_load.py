@@ -430,7 +430,138 @@ async def idle_job(send, recv, port: int, users: list[str], password: str, count
             "failures": failures, "failed": failed}
 
 
-JOBS = {"mixed": mixed_job, "append": append_job, "idle": idle_job}
+# -- the standard mix (issue 14) -------------------------------------------------------------------
+
+STANDARD_KINDS = ("LOGIN", "LIST", "STATUS", "SELECT", "FETCH", "FETCH 30", "STORE",
+                  "STORE \\Deleted", "EXPUNGE", "APPEND", "LOGOUT")
+
+
+async def _pipeline(session, stats: Stats, sent: list[tuple[str, bytes, list[bytes]]]) -> None:
+    """Send ``sent`` -- (kind, command text with ``{}`` for each literal, literals) -- in one
+    write, then read every response, checking each against the session's model (the checker
+    of bench/imap_stateload.py); latency of each = from the write to its tagged line."""
+    from imap_stateload import _SERVER_FAILED, COMMAND_TIMEOUT, ProtocolError
+    tags = []
+    data = []
+    for kind, text, literals in sent:
+        session.tag += 1
+        tag = b"L%d" % session.tag
+        pieces = text.split(b"{}")
+        data.append(tag + b" " + pieces[0])
+        for literal, piece in zip(literals, pieces[1:], strict=True):
+            data += [b"{%d+}\r\n" % len(literal), literal, piece]
+        data.append(b"\r\n")
+        tags.append((tag + b" ", kind, text))
+    started = time.monotonic()
+    session.writer.writelines(data)
+    for tag, kind, text in tags:
+        while True:
+            response = await asyncio.wait_for(session._response(), COMMAND_TIMEOUT)
+            if response.startswith(tag):
+                break
+            if response.startswith(b"L") and b" " in response:
+                raise ProtocolError(f"tagged {response[:80]!r} while waiting for {tag!r}")
+            session.track(response)
+        stats.add(kind, started, time.monotonic())
+        status = response.split(b" ", 2)[1]
+        if status == b"BAD" or (status == b"NO" and _SERVER_FAILED.search(response)) or \
+                status not in (b"OK", b"NO"):
+            raise ProtocolError(f"{text[:80]!r} -> {response[:200]!r}")
+        if status == b"NO":
+            stats.nos[kind] = stats.nos.get(kind, 0) + 1
+
+
+async def _standard_client(port: int, user: str, shared, stats: Stats, index: int,
+                           size: int) -> None:
+    """Sessions back to back until the window closes, each going through the states of
+    Dovecot's imaptest in its default order and probabilities: LOGIN; LIST and STATUS (each
+    half the time, pipelined); SELECT; then pipelined FETCH of one body, FETCH of 30
+    messages' envelopes, STORE of a flag (half the time) and STORE \\Deleted; then pipelined
+    EXPUNGE and APPEND (a MULTIAPPEND of two messages a third of the time, one otherwise;
+    while the mailbox is over ``size`` messages two are deleted, so it keeps its size);
+    LOGOUT."""
+    from imap_servers import PASSWORD
+    from imap_stateload import COMMAND_TIMEOUT, ProtocolError, Session
+    rng = random.Random(index)
+    while time.monotonic() < stats.end:
+        session = Session(shared, index, port, user)
+        try:
+            session.reader, session.writer = await asyncio.open_connection("127.0.0.1", port)
+            greeting = await asyncio.wait_for(session._response(), GREETING_TIMEOUT)
+            if not greeting.startswith(b"* OK"):
+                raise ProtocolError(f"greeting {greeting[:100]!r}")
+            await _pipeline(session, stats, [("LOGIN", b"LOGIN %s %s" % (
+                user.encode(), PASSWORD.encode()), [])])
+            group = []
+            if rng.random() < 0.5:
+                group.append(("LIST", b'LIST "" "*"', []))
+            if rng.random() < 0.5:
+                group.append(("STATUS", b"STATUS INBOX (MESSAGES UNSEEN UIDNEXT)", []))
+            if group:
+                await _pipeline(session, stats, group)
+            session.mailbox = "INBOX"
+            session.uids, session.flag_names = [], set()
+            await _pipeline(session, stats, [("SELECT", b"SELECT INBOX", [])])
+            n = len(session.uids)
+            if n:
+                group = [("FETCH", b"FETCH %d (UID FLAGS BODY.PEEK[])" % rng.randint(1, n), [])]
+                a = rng.randint(1, max(1, n - 29))
+                group.append(("FETCH 30", b"FETCH %d:%d (UID FLAGS INTERNALDATE RFC822.SIZE "
+                              b"ENVELOPE)" % (a, min(n, a + 29)), []))
+                if rng.random() < 0.5:
+                    flag = rng.choice([b"\\Seen", b"\\Flagged", b"\\Answered", b"$k1"])
+                    group.append(("STORE", b"STORE %d %sFLAGS (%s)" % (
+                        rng.randint(1, n), rng.choice([b"+", b"-"]), flag), []))
+                doomed = b"%d" % rng.randint(1, n)
+                if n > size and n > 1:
+                    doomed = b"%d,%d" % tuple(rng.sample(range(1, n + 1), 2))
+                group.append(("STORE \\Deleted", b"STORE %s +FLAGS.SILENT (\\Deleted)" % doomed,
+                              []))
+                await _pipeline(session, stats, group)
+            count = 2 if rng.random() < 1 / 3 else 1
+            literals = [shared.message() for _ in range(count)]
+            await _pipeline(session, stats, [
+                ("EXPUNGE", b"EXPUNGE", []),
+                ("APPEND", b"APPEND INBOX " + b" ".join([b"(\\Seen) {}"] * count), literals)])
+            await _pipeline(session, stats, [("LOGOUT", b"LOGOUT", [])])
+            if time.monotonic() <= stats.end:
+                stats.sessions += 1
+        except ProtocolError as exc:
+            stats.failed("protocol", f"{user}: {exc}")
+        except (TimeoutError, OSError, asyncio.IncompleteReadError) as exc:
+            stats.connection_errors += 1
+            if len(stats.transcripts) < 5:
+                stats.transcripts.append(f"{user}: {type(exc).__name__} {exc} "
+                                         f"(timeout {COMMAND_TIMEOUT:g} s)")
+        finally:
+            if session.writer is not None:
+                session.writer.close()
+
+
+async def standard_job(send, recv, port: int, users: list[str], clients: int, warmup: float,
+                       duration: float, size: int, seed: int = 1) -> dict:
+    """``clients`` connections on ``users`` (client i as users[i % len(users)]) running the
+    standard mix; figures for the window after ``warmup``: commands/s, p50 and p99 per
+    command, protocol errors (state-checked), legal NOs."""
+    from imap_stateload import Shared
+    loop = asyncio.get_running_loop()
+    now = time.monotonic()
+    stats = Stats(now + warmup, now + warmup + duration)
+    stats.nos = {}
+    shared = Shared(random.Random(seed))
+    loop.call_at(stats.start, send, ("mark", "start"))
+    loop.call_at(stats.end, send, ("mark", "end"))
+    await asyncio.gather(*(_standard_client(port, users[i % len(users)], shared, stats, i, size)
+                           for i in range(clients)))
+    out = stats.summary()
+    for kind, values in stats.latency.items():
+        out["kinds"][kind]["p99_ms"] = percentile(values, 0.99) * 1000
+    out["protocol_errors"] = sum(stats.errors.values())
+    out["nos"] = stats.nos
+    return out
+
+
+JOBS = {"mixed": mixed_job, "append": append_job, "idle": idle_job, "standard": standard_job}
 
 
 def child_main(pipe, job: str, kwargs: dict) -> None:

@@ -8,6 +8,11 @@
   passwords are yescrypt hashes -- what Debian 12 writes to /etc/shadow, so a login costs what
   it costs under the stock PAM setup.  Everything else is Dovecot's default (``mail_fsync =
   optimized``, one ``imap`` process per connection, ``imap-login`` in its high-security mode).
+  ``Dovecot(users, tuned=True)`` is its documented high-performance mode instead, the
+  yardstick of issue 14: ``imap-login`` and ``imap`` processes that live on
+  (``service_count = 0``) and are started ahead (``process_min_avail``, one per core), an
+  auth cache (``auth_cache_size``), and salted SHA-512 (``{SSHA512}``) password hashes, a
+  fast scheme, instead of yescrypt.
   :func:`fill_maildir` writes the same messages as Maildir files (``cur/``, unique names,
   ``S=``/``W=`` sizes as Dovecot's own deliveries write them); Dovecot indexes them on the first
   SELECT.
@@ -19,8 +24,10 @@ the mail belongs to ``nobody`` and the login user is ``dovenull`` (as in tests/d
 
 from __future__ import annotations
 
+import base64
 import ctypes
 import ctypes.util
+import hashlib
 import os
 import pwd
 import re
@@ -328,8 +335,10 @@ class OurServer:
     name = "ours"
 
     def __init__(self, data_dir: str, log_path: str, env: dict[str, str] | None = None,
-                 workers: str = "1"):
+                 workers: str = "1", root: str | None = None):
         self.data_dir = data_dir
+        # Another checkout's code (a before/after comparison in one run), else this one's.
+        self.root = root or str(ROOT)
         self.log_path = log_path
         self.env = env or {}
         # One process unless asked: the figures in bench/RESULTS.md (memory and py-spy of
@@ -346,8 +355,9 @@ class OurServer:
              "--imap-port", "auto", "--imaps-port", "0", "--smtp-port", "0", "--lmtp-port", "0",
              "--sieve-port", "0",
              "--workers", self.workers],
-            cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
-            env=dict(os.environ, PYTHONUNBUFFERED="1", **self.env))
+            cwd=self.root, stdout=log, stderr=subprocess.STDOUT,
+            env=dict(os.environ, PYTHONUNBUFFERED="1", **self.env,
+                     **({"PYTHONPATH": self.root} if root_differs(self.root) else {})))
         log.close()
         deadline = time.monotonic() + START_TIMEOUT
         while time.monotonic() < deadline and self.proc.poll() is None:
@@ -379,6 +389,10 @@ class OurServer:
         self.proc = None
 
 
+def root_differs(root: str) -> bool:
+    return Path(root).resolve() != ROOT
+
+
 def yescrypt(password: str) -> str:
     """A yescrypt hash at libxcrypt's default cost (Debian 12's /etc/shadow), or SHA512-CRYPT
     where this libcrypt has no yescrypt."""
@@ -396,12 +410,41 @@ def yescrypt(password: str) -> str:
     raise RuntimeError("libcrypt can make neither yescrypt nor SHA512-CRYPT hashes")
 
 
+def ssha512(password: str) -> str:
+    """Dovecot's ``{SSHA512}`` scheme: base64(SHA-512(password + salt) + salt), one hash."""
+    salt = os.urandom(8)
+    digest = hashlib.sha512(password.encode() + salt).digest()
+    return "{SSHA512}" + base64.b64encode(digest + salt).decode()
+
+
+TUNED_SERVICES = """\
+# The high-performance mode (doc.dovecot.org, "Login processes" and "Service
+# configuration"): login processes that serve many connections and stay, imap processes
+# reused for the next session, both started before the first client, and an auth cache.
+auth_cache_size = 10M
+auth_cache_ttl = 1 hour
+service imap-login {{
+  service_count = 0
+  process_min_avail = {cores}
+  vsz_limit = 1G
+}}
+service imap {{
+  service_count = 0
+  process_min_avail = {cores}
+}}
+"""
+
+
 class Dovecot:
-    """Debian's Dovecot, IMAP only, on a loopback port, over maildirs in ``self.dir``."""
+    """Debian's Dovecot, IMAP only, on a loopback port, over maildirs in ``self.dir``; stock
+    settings, or its high-performance mode with ``tuned``."""
 
     name = "dovecot"
 
-    def __init__(self, users: list[str]):
+    def __init__(self, users: list[str], tuned: bool = False):
+        self.tuned = tuned
+        if tuned:
+            self.name = "tuned"
         self.dir = Path(tempfile.mkdtemp(prefix="dovecot-imap-bench-"))
         os.chmod(self.dir, 0o755)
         self.mail = self.dir / "mail"
@@ -421,10 +464,13 @@ class Dovecot:
                                 f"default_internal_group = {me}\n")
             self._services = ""
         os.chown(self.mail, self.uid, self.gid)
-        hashed = yescrypt(PASSWORD)
-        self.scheme = "yescrypt" if hashed.startswith("$y$") else "SHA512-CRYPT"
+        if tuned:
+            hashed, self.scheme = ssha512(PASSWORD), "SSHA512"
+        else:
+            hashed = "{CRYPT}" + yescrypt(PASSWORD)
+            self.scheme = "yescrypt" if hashed.startswith("{CRYPT}$y$") else "SHA512-CRYPT"
         (self.dir / "passwd").write_text("".join(
-            f"{u}:{{CRYPT}}{hashed}:{self.uid}:{self.gid}::{self.mail}/{u}::\n" for u in users))
+            f"{u}:{hashed}:{self.uid}:{self.gid}::{self.mail}/{u}::\n" for u in users))
         self.proc: subprocess.Popen | None = None
         self.port = 0
 
@@ -457,7 +503,7 @@ service imap-login {{
     port = 0
   }}
 }}
-{self._services}""")
+{self._services}{TUNED_SERVICES.format(cores=os.cpu_count() or 1) if self.tuned else ""}""")
         return conf
 
     def start(self) -> Dovecot:

@@ -10,6 +10,11 @@ class MailStoreError(Exception):
     """Base of every error the mail store raises on purpose."""
 
 
+class WriteRefused(MailStoreError):
+    """A write attempted inside ``Backend.reads_only()``: the caller runs the call again
+    where writes may wait (the IMAP server: in a worker thread instead of its reactor's)."""
+
+
 class NotFound(MailStoreError):
     """A user, mailbox or message that does not exist (or is not visible to the caller)."""
 

@@ -307,6 +307,17 @@ class Indexes:
                 *marks, quiet=top == mark and decode_counter(row.get(UID)) == marks.visible))
         return out
 
+    def peek(self, mailbox_id: bytes) -> Marks | None:
+        """The mailbox's marks from one row read that writes nothing: None when the mailbox
+        row is gone or a change is in flight (its log entry not yet closed), for which
+        :meth:`marks` is the call (it may nudge a stuck log)."""
+        for _key, row in self.rows.rows([mailbox_id], [MODSEQ, VISIBLE, UID, LOGSEQ, LOGMARK]):
+            mark = decode_counter(row.get(LOGMARK))
+            if decode_counter(row.get(LOGSEQ)) > mark:
+                return None
+            return Marks(decode_counter(row.get(MODSEQ)), decode_counter(row.get(VISIBLE)), mark)
+        return None
+
     def highest_modseq(self, mailbox_id: bytes, marks: Marks, keep: bool = False) -> int:
         """The HIGHESTMODSEQ a view at ``marks`` may report (modseqs.py): every change with
         a MODSEQ up to it is visible there.  At least 1 (RFC 7162 mod-sequence-value).

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from twisted.internet import threads
+from twisted.internet import defer, threads
 
 from ..observe import timed_store_call
 
@@ -107,6 +107,32 @@ class CommandContext:
         return threads.deferToThreadPool(self.server.reactor, self.server.threadpool,
                                          timed_store_call, self.store_operation(fn), fn,
                                          *args, **kwargs)
+
+    def call_local(self, fn: Callable, *args, **kwargs):
+        """:meth:`call` for a bounded call that mostly only reads (a FETCH batch of cached
+        columns, STATUS, LIST, SELECT): run in this thread when the backend's reads are local
+        (``local_reads``, the embedded store), since a worker thread's round trip costs more
+        CPU than such a read (~200 us per command, bench/RESULTS.md, issue 14); else as
+        :meth:`call`.  Timed and counted the same either way.
+
+        The reactor must never wait for the write lock, so the call runs under the backend's
+        ``reads_only()``: if it tries to write (SELECT claiming \\Recent for new messages,
+        a roll-forward of what a crashed writer left), whatever became of it is dropped and
+        it runs again in the pool.  ``fn`` must therefore change nothing outside the store
+        before its writes (what it builds and returns is simply built again)."""
+        backend = self.store.backend
+        if not backend.local_reads:
+            return self.call(fn, *args, **kwargs)
+        with backend.reads_only() as probe:
+            try:
+                result = timed_store_call(self.store_operation(fn), fn, *args, **kwargs)
+            except Exception:
+                if probe.refused:
+                    return self.call(fn, *args, **kwargs)
+                return defer.fail()
+        if probe.refused:
+            return self.call(fn, *args, **kwargs)
+        return defer.succeed(result)
 
     def store_operation(self, fn: Callable) -> str:
         """The ``operation`` label of a store call (observe.STORE_OPERATIONS): by the function

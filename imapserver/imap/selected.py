@@ -274,6 +274,25 @@ class SelectedMailbox:
             changes.highest = self.highest_modseq()
         return changes
 
+    def quiet_refresh(self) -> Changes | None:
+        """What :meth:`refresh` would return when nothing changed since the last look, from
+        one row read (the mailbox's marks) that writes nothing; None when something may have
+        changed, or the session has work pending, so that the full refresh is needed.
+
+        For a backend with ``local_reads`` the reactor calls this in its own thread: most
+        refreshes (every NOOP, STORE, SEARCH, COPY ... of a session alone in its mailbox)
+        find nothing, and then a worker thread's round trip cost ten times the read
+        (bench/RESULTS.md, issue 14)."""
+        if (self.viewer is not None or self.modseqs or self._pending_context
+                or self._forgotten or self._retest_later or self._held_gone):
+            return None
+        now = self.store.indexes.peek(self.mailbox.id)
+        if now != self.index.marks:
+            return None
+        changes = Changes()
+        self._recent_changes(changes)
+        return changes
+
     def highest_modseq(self) -> int:
         """HIGHESTMODSEQ as this session sees the mailbox (RFC 7162 3.1.2.1: no change with a
         lower MODSEQ is still to come).  Its point is stored for a resync elsewhere when the

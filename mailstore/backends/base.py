@@ -268,10 +268,32 @@ class TextIndex(abc.ABC):
         shorter one raises ValueError: trigrams cannot narrow it)."""
 
 
+class ReadsOnly:
+    """What :meth:`Backend.reads_only` yields: ``refused`` once a write was refused."""
+
+    refused = False
+
+
 class Backend(abc.ABC):
     """A store of tables, chosen by name from the configuration (see :func:`open_backend`)."""
 
     name: str
+
+    local_reads = False
+    """Whether a read returns without waiting on the network or another writer, in a few
+    microseconds for a single row: such a read may run in the caller's thread (the IMAP
+    server's reactor does so for a refresh that finds nothing new) instead of a worker
+    thread, whose round trip costs more CPU than the read.  HBase's reads are network
+    round trips: no."""
+
+    @contextlib.contextmanager
+    def reads_only(self) -> Iterator[ReadsOnly]:
+        """Within: any write by this thread raises :class:`~mailstore.errors.WriteRefused`
+        and sets the yielded probe's ``refused``, whoever catches the error -- so a caller
+        that runs a read in a thread that must not wait for the write lock (a reactor) can
+        tell that it has to run the call again elsewhere.  A backend without
+        ``local_reads`` is never asked; this one enforces nothing."""
+        yield ReadsOnly()
 
     @abc.abstractmethod
     def table(self, name: str) -> Table:

@@ -25,11 +25,12 @@ import sqlite3
 import threading
 from collections.abc import Collection, Iterator, Mapping, Sequence
 
-from ..errors import BackendUnavailable
+from ..errors import BackendUnavailable, WriteRefused
 from .base import (
     Backend,
     Columns,
     Mutation,
+    ReadsOnly,
     Row,
     Table,
     decode_counter,
@@ -426,6 +427,8 @@ class EmbeddedBackend(Backend):
     """
 
     name = "embedded"
+    # SQLite in WAL mode: a reader never waits for a writer (only for WAL recovery, rare).
+    local_reads = True
 
     def __init__(self, data_dir: str, synchronous: str = "FULL", busy_timeout: float = 30.0,
                  allow_shared_permissions: bool = False, **_ignored: object):
@@ -482,8 +485,27 @@ class EmbeddedBackend(Backend):
             raise BackendUnavailable(_LOST_GROUP)
         return db
 
+    @contextlib.contextmanager
+    def reads_only(self) -> Iterator[ReadsOnly]:
+        probe = ReadsOnly()
+        local = self._local
+        outer = getattr(local, "reads_only", None)
+        local.reads_only = probe
+        try:
+            yield probe
+        finally:
+            local.reads_only = outer
+
+    def _refuse_writes(self) -> None:
+        """Raise WriteRefused inside reads_only() (every write path calls this first)."""
+        probe = getattr(self._local, "reads_only", None)
+        if probe is not None:
+            probe.refused = True
+            raise WriteRefused("a write inside reads_only()")
+
     def _single(self, sql: str, params: Sequence[object]) -> sqlite3.Cursor:
         """Run one statement in its own implicit transaction (atomic on its own)."""
+        self._refuse_writes()
         try:
             return self._conn().execute(sql, params)
         except sqlite3.OperationalError as exc:
@@ -514,12 +536,14 @@ class EmbeddedBackend(Backend):
                 pass  # the read's own outcome is what the caller hears of
 
     def _write(self) -> _Guarded:
+        self._refuse_writes()
         return _Guarded(self._conn())
 
     def _locked(self):
         """The connection under the write lock for a read-then-write: the group's transaction
         if one is open (its lock is held already, and the one writing statement is atomic on
         its own), else a transaction of its own."""
+        self._refuse_writes()
         db = self._conn()
         if db.in_transaction:
             return contextlib.nullcontext(db)
@@ -552,6 +576,7 @@ class EmbeddedBackend(Backend):
             self._end(self._db(), "COMMIT")
 
     def _begin(self, db: sqlite3.Connection) -> None:
+        self._refuse_writes()
         try:
             db.execute("BEGIN IMMEDIATE")
         except sqlite3.OperationalError as exc:
@@ -575,6 +600,7 @@ class EmbeddedBackend(Backend):
             raise BackendUnavailable(f"embedded store: {exc}") from exc
 
     def sync(self) -> None:
+        self._refuse_writes()
         if self.synchronous != "FULL":
             return
         # Group commit: a caller is covered by any fsync that *starts* after it asked, so

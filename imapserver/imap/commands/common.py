@@ -7,6 +7,7 @@ from twisted.internet import defer
 
 from mailstore.acl import flag_changeable
 
+from ...observe import timed_store_call
 from ..context import Bad
 from ..selected import Changes
 
@@ -147,8 +148,15 @@ def report_changes(ctx, expunged: tuple[list[int], list[int]] = ((), ())):
     if selected is None:
         return
     seqs, uids = expunged
+    changes = None
+    if ctx.store.backend.local_reads:
+        try:
+            changes = timed_store_call("refresh", selected.quiet_refresh)
+        except Exception:
+            changes = None  # the full refresh below meets the same trouble and reports it
     try:
-        changes = yield ctx.call(selected.refresh)
+        if changes is None:
+            changes = yield ctx.call(selected.refresh)
     except Exception:
         # The session has forgotten them already: the client must hear of them regardless.
         if modseq_modes(ctx.session)[1]:

@@ -46,7 +46,13 @@ from ..context import SELECTED, Bad, No, command
 from ..object_items import OBJECT_KINDS, object_item
 from ..qresync import missing, ranges_text
 from ..render import BODY as NEED_BODY
-from ..render import CONTENT, bodystructure, envelope, internaldate, parse_fetch_items
+from ..render import (
+    CONTENT,
+    cached_bodystructure,
+    cached_envelope,
+    internaldate,
+    parse_fetch_items,
+)
 from ..render import ENVELOPE as NEED_ENVELOPE
 from ..render import HEADER as NEED_HEADER
 from ..render import PREVIEW as NEED_PREVIEW
@@ -65,6 +71,10 @@ from .common import (
 from .message_cmds import resolve as resolve_set
 
 BATCH = 200
+CACHED_KINDS = frozenset({"UID", "FLAGS", "INTERNALDATE", "MODSEQ", "RFC822.SIZE", "ENVELOPE",
+                          "BODY", "BODYSTRUCTURE"})
+"""Items answered from the message row alone (prepared at delivery): a batch of only these,
+setting no \\Seen, is a bounded read that writes nothing (``CommandContext.call_local``)."""
 CONTENT_BATCH = 16
 """Messages per batch when message octets are fetched: a batch's responses are built in
 memory (sections over STREAM_ABOVE excepted), so this bounds it to ~16 MiB."""
@@ -155,10 +165,11 @@ def _render_batch(store, mailbox, batch, columns, items, set_seen, seq_of, own,
             elif kind == "RFC822.SIZE":
                 parts.append(b"RFC822.SIZE %d" % view.record.size)
             elif kind == "ENVELOPE":
-                parts.append(b"ENVELOPE " + envelope(view.envelope))
+                parts.append(b"ENVELOPE " + cached_envelope(view.record.content,
+                                                            view.envelope))
             elif kind in ("BODY", "BODYSTRUCTURE"):
-                parts.append(kind.encode() + b" " +
-                             bodystructure(view.body, extended=kind == "BODYSTRUCTURE"))
+                parts.append(kind.encode() + b" " + cached_bodystructure(
+                    view.record.content, view.body, kind == "BODYSTRUCTURE"))
             elif kind in ("BINARY", "BINARY.SIZE"):
                 if reader is None:
                     reader = store.open_message(view)
@@ -350,6 +361,12 @@ def fetch_command(ctx, uid_mode: bool):
         and "s" in selected.rights
     columns = _columns(needs)
     step = CONTENT_BATCH if CONTENT in needs else BATCH
+    # One batch of cached columns is read in the reactor's thread when the store allows
+    # (CommandContext.call_local: a worker thread's round trip cost more than the read);
+    # more than one go to the pool, so that a FETCH 1:* of a big mailbox lets other
+    # connections run between its batches.
+    call = ctx.call_local if len(uids) <= step and not set_seen and all(
+        i.kind in CACHED_KINDS for i in items) else ctx.call
     gone = 0
     unknown_cte: list[int] = []
     for start in range(0, len(uids), step):
@@ -357,12 +374,12 @@ def fetch_command(ctx, uid_mode: bool):
             return  # the connection went (or is going) away: nothing more can be sent
         batch = uids[start:start + step]
         shown: set[str] = set()
-        responses, lost = yield ctx.call(_render_batch, ctx.store, selected.mailbox, batch,
-                                         columns, items, set_seen, selected.seq_of,
-                                         selected.note_own_flags, selected.recent, shown,
-                                         unknown_cte, changed_since,
-                                         condstore and not any(i.kind == "MODSEQ"
-                                                               for i in items))
+        responses, lost = yield call(_render_batch, ctx.store, selected.mailbox, batch,
+                                     columns, items, set_seen, selected.seq_of,
+                                     selected.note_own_flags, selected.recent, shown,
+                                     unknown_cte, changed_since,
+                                     condstore and not any(i.kind == "MODSEQ"
+                                                           for i in items))
         gone += lost
         # RFC 3501 7.2.6: a keyword the client was not told of is announced before the FETCH
         # that shows it (one another session set since our last refresh, say).

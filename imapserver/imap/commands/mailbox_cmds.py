@@ -120,8 +120,11 @@ def _select(ctx, readonly: bool):
         yield enable_condstore(ctx)
     condstore, _ = modseq_modes(ctx.session)
     is_rev2 = rev2(ctx.session)
-    selected, highest, resync = yield ctx.call(_open, ctx.store, ctx.session.user, name,
-                                               readonly, condstore, params.qresync, is_rev2)
+    # In the reactor's thread when nothing needs writing (call_local; a SELECT that claims
+    # \Recent for new messages, or stores a HIGHESTMODSEQ point, runs again in the pool).
+    selected, highest, resync = yield ctx.call_local(_open, ctx.store, ctx.session.user, name,
+                                                     readonly, condstore, params.qresync,
+                                                     is_rev2)
     ctx.session.selected = selected
     readonly = selected.readonly
     for line in flags_lines(sorted(selected.announced), readonly, selected.rights):
@@ -425,7 +428,7 @@ def list_(ctx):
         # RFC 3501 6.3.8: the hierarchy delimiter and root.
         ctx.untagged(b'LIST (\\Noselect) "/" ""')
         return
-    visible, subscribed = yield ctx.call(_list_data, ctx.store, ctx.session.user)
+    visible, subscribed = yield ctx.call_local(_list_data, ctx.store, ctx.session.user)
     rights_of = {m.id: r for m, r in visible}
     mailboxes = [m for m, _r in visible]
     # STATUS items only of mailboxes the user may read (RFC 4314 4: STATUS needs "r").
@@ -531,6 +534,8 @@ def status(ctx):
     if not isinstance(ctx.args[1], list):
         raise Bad("STATUS items must be a parenthesized list")
     items = _status_items(ctx.args[1], ctx.session)
+    # Reads of a few rows: in the reactor's thread where the store allows (call_local).
+    call = ctx.call_local
     selected = ctx.session.selected
 
     if "HIGHESTMODSEQ" in items:
@@ -544,7 +549,7 @@ def status(ctx):
             extra["HIGHESTMODSEQ"] = ctx.store.highest_modseq(mailbox)
         return mailbox, recent, extra
     try:
-        mailbox, recent, extra = yield ctx.call(run)
+        mailbox, recent, extra = yield call(run)
     except NotFound:
         raise No(f"Mailbox does not exist: {name}", "NONEXISTENT") from None
     ctx.untagged(_status_line(mailbox, items, recent, extra,
