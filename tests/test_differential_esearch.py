@@ -147,7 +147,7 @@ SCRIPTS = [
         ("A", "SEARCH OLDER 3600"),
         ("A", "UID SEARCH NOT OLDER 86400"),
         ("A", "SEARCH OR YOUNGER 600 SEEN"),
-        ("A", "SEARCH RETURN (COUNT) OLDER 1"),
+        ("A", "SEARCH RETURN (COUNT) OLDER 1800"),  # not 1: the new message may be 1 s old
         ("A", "SEARCH OLDER 0"),
         ("A", "SEARCH YOUNGER -1"),
         ("A", "SEARCH YOUNGER"),
