@@ -613,7 +613,9 @@ def test_a_burst_of_logins_does_not_leave_memory_behind(tmp_path):
         lock = threading.Lock()
 
         def log_in(name: str) -> None:
-            c = Client(proc.port)
+            # 40 scrypt hashes on a loaded 2-core machine can take over the default 10 s;
+            # this test is about memory, not latency.
+            c = Client(proc.port, timeout=60.0)
             c.cmd("a", f"LOGIN {name} pw")
             with lock:
                 clients.append(c)
