@@ -160,12 +160,13 @@ class MailStore:
             self.users.bump(user, column)
 
     def bump_grantees(self, acl, column: bytes = NAMES_GENERATION) -> None:
-        """Announce a change to everyone an ACL names (not ``anyone``, whom no list holds,
-        nor negative entries): a mailbox they see was created, renamed, deleted, its ACL
-        changed, or its shared annotations -- NOTIFY sessions of theirs look again (RFC
-        5465 5.4, 5.6, 5.9).  Bounded by the ACL's size."""
+        """Announce a change to everyone an ACL names (not negative entries): a mailbox they
+        see was created, renamed, deleted, its ACL changed, or its shared annotations --
+        NOTIFY sessions of theirs look again (RFC 5465 5.4, 5.6, 5.9).  ``anyone`` is every
+        user: its change moves the one ``anyone`` generation every user's include
+        (:meth:`generations`), not each user's.  Bounded by the ACL's size."""
         for identifier in sorted(acl):
-            if identifier != ANYONE and not identifier.startswith("-"):
+            if not identifier.startswith("-"):
                 self._bump(identifier, column)
 
     @property
@@ -396,7 +397,19 @@ class MailStore:
         """Where each user's mailbox list, subscriptions and metadata stand: (names,
         subscriptions, metadata) change generations, each moved on after every change of
         its kind, in one round trip for all of them (NOTIFY's poller, decision 0021)."""
-        return self.users.generations(users)
+        # "anyone" is reserved as a user name (users.py), so its row holds the generations of
+        # changes that concern every user (a grant to anyone, the server's shared entries);
+        # each user's are the sums, which move whenever either part does.
+        found = self.users.generations([*users, ANYONE])
+        everyone = found.pop(ANYONE, (0, 0, 0))
+        return {user: tuple(a + b for a, b in zip(mine, everyone, strict=True))
+                for user, mine in found.items()}
+
+    def note_server_metadata_change(self) -> None:
+        """Tell every user's NOTIFY sessions that the server's shared annotations changed
+        (RFC 5465 5.8 ServerMetadataChange; RFC 5464 3.2: /shared server entries are seen by
+        all): for ``mailadmin metadata set|unset`` and SETMETADATA of a server entry."""
+        self._bump(ANYONE, METADATA_GENERATION)
 
     def subscriptions(self, user: str) -> list[str]:
         return self.mailboxes.subscriptions(user)
@@ -438,6 +451,8 @@ class MailStore:
         changed = self.annotations.set_on(user, box, changes, policy)
         if changed:
             self._bump(user, METADATA_GENERATION)
+            if box is None and any(not n.startswith("/private/") for n, _ in changes):
+                self.note_server_metadata_change()
             if box is not None and any(not n.startswith("/private/") for n, _ in changes):
                 # Shared entries: everyone who may see the mailbox sees them.
                 if box.owner != user:

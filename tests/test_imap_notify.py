@@ -430,3 +430,31 @@ def test_metadata_event_names_follow_utf8_accept(server):
                       )[-1].startswith(b"a OK")
     assert other.cmd("m", 'SETMETADATA Caf&AOk- (/private/c "1")')[-1].startswith(b"m OK")
     assert unsolicited(client, b"METADATA") == ['* METADATA "Caf\u00e9" /private/c'.encode()]
+
+
+def test_a_grant_to_anyone_is_heard_by_running_sessions(two_users):
+    """RFC 5465 5.4 and 5.9 with RFC 4314 2 (``anyone`` is every user): when dan grants
+    ``anyone`` the right to see his mailbox, cora's running NOTIFY on his namespace hears of
+    the mailbox at once, as she would of a grant naming her, without a new NOTIFY SET."""
+    cora = login(two_users)
+    dan = login(two_users, "dan")
+    assert dan.cmd("c", "CREATE Team")[-1].startswith(b"c OK")
+    assert cora.cmd("n", 'NOTIFY SET (subtree "Other Users/dan" (MailboxName))'
+                    )[-1].startswith(b"n OK")
+    assert dan.cmd("s", "SETACL Team anyone lr")[-1].startswith(b"s OK")
+    assert unsolicited(cora, b"Team") == [b'* LIST (\\HasNoChildren) "/" "Other Users/dan/Team"']
+
+
+def test_mailadmin_server_metadata_is_heard_by_running_sessions(two_users):
+    """RFC 5465 5.8 (ServerMetadataChange) with RFC 5464 3.2 (server /shared entries are every
+    user's to read): ``mailadmin metadata set`` and ``unset``, run as another process over the
+    same store, reach a running NOTIFY session as ``* METADATA "" entry``."""
+    from tests.admincli import run
+    cora = login(two_users)
+    assert cora.cmd("n", "NOTIFY SET (personal (ServerMetadataChange))")[-1].startswith(b"n OK")
+    out = run("metadata", "set", "/shared/comment", "Maintenance", data_dir=two_users.data_dir)
+    assert out.returncode == 0, out.stderr
+    assert unsolicited(cora, b"METADATA") == [b'* METADATA "" /shared/comment']
+    out = run("metadata", "unset", "/shared/comment", data_dir=two_users.data_dir)
+    assert out.returncode == 0, out.stderr
+    assert unsolicited(cora, b"METADATA") == [b'* METADATA "" /shared/comment']

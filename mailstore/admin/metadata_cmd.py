@@ -37,9 +37,11 @@ def metadata_show(ctx) -> int:
 
 def metadata_set(ctx) -> int:
     ctx.store.annotations.set_server_shared(ctx.args.entry, ctx.args.value.encode())
+    ctx.store.note_server_metadata_change()  # RFC 5465 5.8 for running NOTIFY sessions
     return metadata_show(ctx)
 
 
 def metadata_unset(ctx) -> int:
     ctx.store.annotations.set_server_shared(ctx.args.entry, None)
+    ctx.store.note_server_metadata_change()
     return metadata_show(ctx)
