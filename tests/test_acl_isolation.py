@@ -257,6 +257,32 @@ def _acl_command(command):
     return run
 
 
+def _getquotaroot(w, c, has):
+    """RFC 9208 4.1.2 with RFC 4314 4 and 6: the quota of alice's mailbox is hers, not bob's to
+    see, whatever his rights (with every right, or without l: the same answer), so the answer
+    names no quota root and carries no QUOTA, though alice has a limit and bob has none."""
+    w.store.set_quota("alice", 10 ** 9, 10 ** 6)
+    _, name = w.box(RIGHTS if has else RIGHTS.replace("l", ""), sub=False)
+    lines = ok(c.cmd("q", f"GETQUOTAROOT {q(name)}"))
+    assert lines[:-1] == [f"* QUOTAROOT {q(name)}".encode()], lines
+
+
+def _selected_housekeeping(w, c, has):
+    """RFC 4314 4: CHECK, NOOP and UNSELECT need no right of their own, but what they report
+    of the selected mailbox needs r.  bob selects alice's mailbox with every right; without r
+    (taken away after the SELECT) they still answer OK and report nothing of a new message."""
+    local, name = w.box(RIGHTS, sub=False)
+    ok(c.cmd("s", f"SELECT {q(name)}"))
+    if not has:
+        box = w.store.mailbox("alice", local)
+        w.store.grants.set(box.id, "bob", frozenset(RIGHTS.replace("r", "")))
+    w.store.append("alice", local, message(6))
+    lines = ok(c.cmd("c", "CHECK")) + ok(c.cmd("n", "NOOP"))
+    assert (b"* 3 EXISTS" in lines) == has, lines
+    assert not any(b"FETCH" in line or b"EXPUNGE" in line for line in lines), lines
+    ok(c.cmd("u", "UNSELECT"))
+
+
 def _myrights(w, c, has):
     _, name = w.box("l" if has else "", sub=False)
     lines = c.cmd("s", f"MYRIGHTS {q(name)}")
@@ -580,6 +606,7 @@ MATRIX = [
     ("DELETEACL", "a", _acl_command("DELETEACL {name} carol")),
     ("LISTRIGHTS", "a", _acl_command("LISTRIGHTS {name} carol")),
     ("MYRIGHTS", "l", _myrights), ("LSUB", "l", _lsub),
+    ("GETQUOTAROOT", "l", _getquotaroot), ("CHECK/NOOP/UNSELECT", "r", _selected_housekeeping),
     ("REPLACE-target-i", "i", _replace("i")), ("REPLACE-source-t", "t", _replace("t")),
     ("REPLACE-source-e", "e", _replace("e")), ("SORT/THREAD/UID-FETCH", "r", _sort_thread),
     ("UID-STORE-seen", "s", _uid_command(
