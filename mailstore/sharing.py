@@ -14,6 +14,7 @@ reach the owner's.  Flags are the mailbox's, shared by everyone who may read it 
 
 from __future__ import annotations
 
+import unicodedata
 from dataclasses import replace
 
 from . import names
@@ -51,9 +52,29 @@ def open_mailbox(store, user: str, imap_name: str, need: str = "", any_of: str =
     every right in ``need`` (with ``need`` empty: any right at all, as MYRIGHTS asks) and,
     with ``any_of``, at least one of those (METADATA: ``l`` and one of ``rswip``).
 
+    The name is looked up as given, then, if no mailbox has it, in Unicode NFC: mailbox names
+    are Net-Unicode (RFC 9051 5.1, RFC 6855 3, RFC 5198 2), and CREATE and RENAME store a
+    UTF-8 session's names in NFC, so the decomposed spelling of such a name reaches it while a
+    mailbox an IMAP4rev1 client created decomposed stays reachable as it was created.  Both
+    lookups run for a hidden mailbox as for a missing one (no oracle).
+
     Raises NotFound (text ``no such mailbox: <imap_name>``) when it does not exist or the
     user lacks ``l`` as well as what is needed, PermissionDenied when the user may see it but
     not do this (RFC 4314 4, 6), InvalidName for a name no mailbox can have."""
+    try:
+        return _open(store, user, imap_name, need, any_of)
+    except NotFound:
+        composed = unicodedata.normalize("NFC", imap_name)
+        if composed == imap_name:
+            raise
+    try:
+        return _open(store, user, composed, need, any_of)
+    except NotFound:
+        raise _missing(imap_name) from None
+
+
+def _open(store, user: str, imap_name: str, need: str, any_of: str
+          ) -> tuple[Mailbox, frozenset[str]]:
     location = _locate(user, imap_name)
     if location.owner == user:
         try:

@@ -228,6 +228,35 @@ def test_create_normalises_to_nfc_with_oldname(server, user, clients):
     assert c.cmd("p", "CREATE Plain")[0].startswith(b"p OK")
 
 
+def test_decomposed_spelling_reaches_a_composed_name(server, user, clients):
+    """RFC 9051 5.1 and RFC 6855 3 (names are Net-Unicode, RFC 5198 2: compared in NFC): the
+    client that created ``Cafe\u0301`` and was told ``Caf\u00e9`` by OLDNAME may keep using
+    its own spelling in SELECT, STATUS, APPEND, COPY and DELETE; a mailbox an IMAP4rev1
+    client created in decomposed form (stored as given) stays reachable under that spelling."""
+    c = login(server, user, rev2=True)
+    old = login(server, user)
+    clients += [c, old]
+    decomposed = "Cafe\u0301"
+    assert c.cmd("c", f'CREATE "{decomposed}"')[-1].startswith(b"c OK")
+    assert c.cmd("s", f'SELECT "{decomposed}"')[-1].startswith(b"s OK")
+    assert c.cmd("u", "UNSELECT")[-1].startswith(b"u OK")
+    assert c.cmd("t", f'STATUS "{decomposed}" (MESSAGES)')[-1].startswith(b"t OK")
+    data = b"Subject: x\r\n\r\nx\r\n"
+    c.send(f'a APPEND "{decomposed}" {{{len(data)}+}}\r\n'.encode() + data + b"\r\n")
+    assert c.until_tagged("a")[-1].startswith(b"a OK")
+    assert c.cmd("s", 'SELECT "Caf\u00e9"')[-1].startswith(b"s OK")
+    assert c.cmd("k", f'COPY 1 "{decomposed}"')[-1].startswith(b"k OK")
+    assert c.cmd("s", "SELECT INBOX")[-1].startswith(b"s OK")
+    assert c.cmd("t", 'STATUS "Caf\u00e9" (MESSAGES)')[0] == \
+        '* STATUS "Caf\u00e9" (MESSAGES 2)'.encode()
+    # An IMAP4rev1 client's decomposed name is kept as given and found as given.
+    assert old.cmd("c", "CREATE Re&AwE-sume&AwE-")[-1].startswith(b"c OK")
+    assert old.cmd("t", "STATUS Re&AwE-sume&AwE- (MESSAGES)")[0] == \
+        b"* STATUS Re&AwE-sume&AwE- (MESSAGES 0)"
+    assert c.cmd("d", f'DELETE "{decomposed}"')[-1].startswith(b"d OK")
+    assert c.cmd("t", 'STATUS "Caf\u00e9" (MESSAGES)')[-1].startswith(b"t NO [NONEXISTENT]")
+
+
 def test_names_in_utf8_both_ways(server, user, clients):
     """RFC 9051 5.1: IMAP4rev2 names are UTF-8, with ``&`` an ordinary character; the same
     mailbox reaches an IMAP4rev1 client in modified UTF-7 (RFC 3501 5.1.3) -- in LIST, LSUB,
