@@ -205,7 +205,9 @@ USERS = TableDef(
     families={
         "a": "account: pw (scrypt hash string), created; gen.names, gen.subs, gen.meta: "
              "change generations of the user's mailbox list, subscriptions and metadata "
-             "(8-byte counters, increments only; read by NOTIFY, docs/decisions/0021)",
+             "(8-byte counters, increments only; read by NOTIFY, docs/decisions/0021); the "
+             "row of the reserved name 'anyone' has no pw, only the generations every user's "
+             "include (grants to anyone, server /shared metadata)",
         "l": "limits: storage, messages (8-byte counters; absent = unlimited); usage is the "
              "sum of the user's mailbox counters",
     },
