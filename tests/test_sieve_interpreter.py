@@ -242,3 +242,33 @@ def test_last_command_without_semicolon_is_refused(script, line):
     result = run(script, MESSAGE, ENVELOPE, env())
     assert result.error is not None and kinds(result) == ["Store"]
     assert validate("keep;\n discard;") == [] and validate("# only a comment") == []
+
+
+def test_a_long_matches_key_on_a_big_body_is_bounded_by_the_steps():
+    """RFC 5228 2.10.6 (implementation limits) and 2.7.1 (:matches): a wildcard match costs up
+    to pattern x value; a key of a few thousand characters against a body of a few hundred
+    kilobytes is 10^9 comparisons.  The step bound (the CPU bound) must count that work, so the
+    run stops with a runtime error and an implicit keep within about a second, not minutes."""
+    big = MESSAGE.replace(b"body\r\n", b"a" * 300_000 + b"\r\n")
+    key = "*" + "a" * 3000 + "b"
+    script = f'require "body";\nif body :raw :matches "{key}" {{ discard; }}\n'
+    started = time.monotonic()
+    result = run(script, big, ENVELOPE, env())
+    assert time.monotonic() - started < 5
+    assert result.error and "steps" in result.error and kinds(result) == ["Store"]
+    # The same work through header (a long Subject) and a variables string test.
+    long_subject = MESSAGE.replace(b"Hello there", b"a" * 200_000)
+    script = f'if header :matches "subject" "{key}" {{ discard; }}\n'
+    started = time.monotonic()
+    result = run(script, long_subject, ENVELOPE, env())
+    assert time.monotonic() - started < 5
+    assert result.error and "steps" in result.error and kinds(result) == ["Store"]
+
+
+def test_ordinary_matches_on_a_big_body_still_run():
+    """RFC 5228 2.7.1: the bound must not refuse an everyday ``*word*`` test on a large
+    message (cost proportional to the body, well inside the default steps)."""
+    big = MESSAGE.replace(b"body\r\n", b"x" * 2_000_000 + b" invoice\r\n")
+    result = run('require "body";\nif body :raw :matches "*invoice*" { discard; }\n', big,
+                 ENVELOPE, env())
+    assert result.error is None and kinds(result) == ["Discard"]
