@@ -247,22 +247,37 @@ def test_last_command_without_semicolon_is_refused(script, line):
 def test_a_long_matches_key_on_a_big_body_is_bounded_by_the_steps():
     """RFC 5228 2.10.6 (implementation limits) and 2.7.1 (:matches): a wildcard match costs up
     to pattern x value; a key of a few thousand characters against a body of a few hundred
-    kilobytes is 10^9 comparisons.  The step bound (the CPU bound) must count that work, so the
-    run stops with a runtime error and an implicit keep within about a second, not minutes."""
+    kilobytes is 10^9 comparisons.  Without ``?`` the match is linear (segments found by
+    str.find); with ``?`` the step bound (the CPU bound) counts the work, so the run stops with
+    a runtime error and an implicit keep within seconds, not minutes."""
     big = MESSAGE.replace(b"body\r\n", b"a" * 300_000 + b"\r\n")
-    key = "*" + "a" * 3000 + "b"
-    script = f'require "body";\nif body :raw :matches "{key}" {{ discard; }}\n'
-    started = time.monotonic()
-    result = run(script, big, ENVELOPE, env())
-    assert time.monotonic() - started < 5
-    assert result.error and "steps" in result.error and kinds(result) == ["Store"]
-    # The same work through header (a long Subject) and a variables string test.
     long_subject = MESSAGE.replace(b"Hello there", b"a" * 200_000)
-    script = f'if header :matches "subject" "{key}" {{ discard; }}\n'
-    started = time.monotonic()
-    result = run(script, long_subject, ENVELOPE, env())
-    assert time.monotonic() - started < 5
-    assert result.error and "steps" in result.error and kinds(result) == ["Store"]
+    for key in ("*" + "a" * 3000 + "b", "*" + "a" * 3000 + "?b"):
+        for script, message in ((f'require "body";\nif body :raw :matches "{key}" {{ discard; }}'
+                                 "\n", big),
+                                (f'if header :matches "subject" "{key}" {{ discard; }}\n',
+                                 long_subject)):
+            started = time.monotonic()
+            result = run(script, message, ENVELOPE, env())
+            assert time.monotonic() - started < 5
+            assert kinds(result) == ["Store"]
+            if "?" in key:
+                assert result.error and "steps" in result.error
+            else:
+                assert result.error is None
+
+
+def test_literal_and_wildcard_globs_agree_on_captures():
+    """RFC 5229 3.2: the str.find path and the two-pointer loop give the same shortest
+    ``*`` spans (``?`` added at the end of the text forces the loop)."""
+    cases = [("*a*", "xxaxxa"), ("a*b*c", "aXbYbZc"), ("**x", "yyx"), ("", ""), ("*", ""),
+             ("ab*", "a"), ("*bc", "abcbc"), ("a*a", "a"), ("*.*@*", "a.b@c.d@e")]
+    for pattern, text in cases:
+        fast = match([text], [pattern], ":matches", "i;octet")
+        slow = match([text + "!"], [pattern + "?"], ":matches", "i;octet")
+        assert fast[0] == slow[0], pattern
+        if fast[0]:
+            assert fast[1][1:] == slow[1][1:-1], pattern
 
 
 def test_ordinary_matches_on_a_big_body_still_run():

@@ -26,7 +26,7 @@ from .actions import (
     Vacation,
 )
 from .grammar import Node, Script, SieveSyntaxError, parse
-from .match import COMPARATORS, RELATIONS, MatchError, casemap, match
+from .match import COMPARATORS, RELATIONS, MatchBudget, MatchError, Work, casemap, match
 from .message import SieveMessage, addresses, decode_value, is_address_header
 
 SUPPORTED = frozenset({
@@ -87,6 +87,11 @@ def run(script: str | Script, raw_message: bytes | SieveMessage, envelope: Envel
                       error=str(exc), notes=interp.result.notes,
                       error_line=line, error_script=interp.script_name,
                       error_message=message)
+
+
+_GLOB_ITERATIONS_PER_STEP = 64
+"""Wildcard-match iterations counted as one step (a step is a few microseconds of Python;
+an iteration a few tenths of one)."""
 
 
 class _Interpreter:
@@ -257,7 +262,19 @@ class _Interpreter:
         if kind == ":count":
             values = [str(len(values))]
         self.step(len(values) * max(1, len(keys)))
-        found, captures = match(values, keys, kind, comparator, relation)
+        work = None
+        if kind == ":matches":
+            # What is left of the step bound, as wildcard-loop iterations: a key of
+            # thousands of characters with ``?`` against a big body would otherwise be
+            # pattern x value iterations of Python (minutes) inside one step.
+            work = Work((self.max_steps - self.steps) * _GLOB_ITERATIONS_PER_STEP)
+            before = work.left
+        try:
+            found, captures = match(values, keys, kind, comparator, relation, work)
+        except MatchBudget:
+            raise SieveRuntimeError(f"script exceeded {self.limits.max_steps} steps") from None
+        if work is not None:
+            self.step((before - work.left) // _GLOB_ITERATIONS_PER_STEP)
         if found and captures is not None and "variables" in self.required:
             self.captures = captures[:10]
         return found
