@@ -287,3 +287,20 @@ def test_ordinary_matches_on_a_big_body_still_run():
     result = run('require "body";\nif body :raw :matches "*invoice*" { discard; }\n', big,
                  ENVELOPE, env())
     assert result.error is None and kinds(result) == ["Discard"]
+
+
+def test_vacation_threads_only_message_ids_from_the_original():
+    """RFC 5230 5.8 (In-Reply-To and References from the original's Message-ID and
+    References) and RFC 5322 3.6.4 (those fields hold msg-ids only): a folded continuation
+    or an encoded word in the original's fields must not carry other text, such as a
+    ``Bcc:``, into the reply's header."""
+    original = (b"From: Sender <sender@example.org>\r\nTo: alice@example.com\r\n"
+                b"Subject: Hello\r\nMessage-ID: <m1@example.org>\r\n\tBcc: v2@example.net\r\n"
+                b"References: <r1@example.org>\r\n =?utf-8?q?x=0D=0ABcc:_v3@example.net?=\r\n"
+                b"\r\nbody\r\n")
+    result = run('require "vacation";\nvacation "away";\n', original, ENVELOPE, env())
+    [reply] = [a for a in result.actions if isinstance(a, Vacation)]
+    head = build_reply(reply, "mx.example.com", 0).split(b"\r\n\r\n")[0]
+    assert b"In-Reply-To: <m1@example.org>\r\n" in head
+    assert b"References: <r1@example.org> <m1@example.org>\r\n" in head
+    assert b"Bcc" not in head
