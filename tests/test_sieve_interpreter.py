@@ -304,3 +304,25 @@ def test_vacation_threads_only_message_ids_from_the_original():
     assert b"In-Reply-To: <m1@example.org>\r\n" in head
     assert b"References: <r1@example.org> <m1@example.org>\r\n" in head
     assert b"Bcc" not in head
+
+
+def test_variable_expansion_is_counted_against_the_steps():
+    """RFC 5229 6 (limits on variables) and RFC 5228 2.10.6: a value is truncated to
+    max_variable_size, but a string of thousands of ``${x}`` references expands to tens of
+    megabytes before that, and an included script (RFC 6609, no :once) can do it thousands of
+    times for a few steps each.  The expanded length is charged to the step bound, so the run
+    stops with a runtime error and an implicit keep within seconds."""
+    doubled = ('require "variables";\nset "x" "ab";\n'
+               + 'set "x" "${x}${x}";\n' * 40 + 'set :length "n" "${x}";\n'
+               'if string :is "${n}" "4096" { discard; }\n')
+    result = run(doubled, MESSAGE, ENVELOPE, env())
+    assert result.error is None and kinds(result) == ["Discard"]  # truncated at 4096
+    scripts = {"big": 'require ["variables", "include"];\nglobal "x";\nset "y" "'
+                      + "${x}" * 12000 + '";\n'}
+    main = ('require ["variables", "include"];\nglobal "x";\nset "x" "' + "a" * 4096
+            + '";\n' + 'include "big";\n' * 3000)
+    started = time.monotonic()
+    result = run(main, MESSAGE, ENVELOPE,
+                 env(get_script=lambda location, name: scripts.get(name)))
+    assert time.monotonic() - started < 5
+    assert result.error and "steps" in result.error and kinds(result) == ["Store"]
