@@ -89,6 +89,8 @@ def run(script: str | Script, raw_message: bytes | SieveMessage, envelope: Envel
                       error_message=message)
 
 
+_EXPANSION_CHARS_PER_STEP = 1024
+"""Characters a variable reference expands to, counted as one step."""
 _GLOB_ITERATIONS_PER_STEP = 64
 """Wildcard-match iterations counted as one step (a step is a few microseconds of Python;
 an iteration a few tenths of one)."""
@@ -196,7 +198,14 @@ class _Interpreter:
             raise SieveRuntimeError(f"invalid encoded character {found.group(0)}") from exc
 
     def _lookup(self, found: re.Match) -> str:
-        name = found.group(1)
+        value = self._value(found.group(1))
+        # Each reference is charged for what it adds (one step a KiB), before the string is
+        # built: thousands of ${x} in one string, run again by includes, would otherwise
+        # be megabytes of copying per step (RFC 5229 6, RFC 5228 2.10.6).
+        self.step(1 + len(value) // _EXPANSION_CHARS_PER_STEP)
+        return value
+
+    def _value(self, name: str) -> str:
         if name.isdigit():
             index = int(name)
             return self.captures[index] if index < len(self.captures) else ""
