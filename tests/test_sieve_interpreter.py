@@ -326,3 +326,16 @@ def test_variable_expansion_is_counted_against_the_steps():
                  env(get_script=lambda location, name: scripts.get(name)))
     assert time.monotonic() - started < 5
     assert result.error and "steps" in result.error and kinds(result) == ["Store"]
+
+
+def test_addheader_cannot_grow_the_message_without_bound():
+    """RFC 5293 7 (implementations may limit the number and size of added fields) and RFC 5228
+    2.10.6: thousands of ``addheader`` of a 4000-character variable would add megabytes to
+    every copy delivered (more through includes); past the bound the run is a runtime error,
+    the message is kept unchanged, and a handful of fields is still fine."""
+    many = ('require ["editheader", "variables"];\nset "x" "' + "a" * 4000 + '";\n'
+            + 'addheader "X-A" "${x}";\n' * 2500)
+    result = run(many, MESSAGE, ENVELOPE, env())
+    assert result.error and "addheader" in result.error and kinds(result) == ["Store"]
+    few = 'require "editheader";\n' + 'addheader "X-B" "value";\n' * 10
+    assert run(few, MESSAGE, ENVELOPE, env()).error is None
