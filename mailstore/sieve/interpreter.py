@@ -114,6 +114,7 @@ class _Interpreter:
         self.required: set[str] = set()
         self.included_once: set[tuple[str, str]] = set()
         self.depth = 0
+        self.added_header_bytes = 0
         self.line = 0
         """The line of the command or test running (for the error log)."""
         self.script_name = ""
@@ -668,6 +669,10 @@ class _Interpreter:
             raise SieveRuntimeError(f"addheader: invalid field name {name!r}")
         if name.lower() in PROTECTED_FIELDS:
             return  # silently ignored, as Pigeonhole does for protected fields
+        self.added_header_bytes += len(name) + len(value) + 4
+        if self.added_header_bytes > self.limits.max_added_header_bytes:
+            raise SieveRuntimeError(f"addheader added more than "
+                                    f"{self.limits.max_added_header_bytes} characters of fields")
         self.message.add_field(name, value, ":last" in node.tags)
 
     def cmd_deleteheader(self, node: Node) -> None:
