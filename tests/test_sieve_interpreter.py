@@ -339,3 +339,16 @@ def test_addheader_cannot_grow_the_message_without_bound():
     assert result.error and "addheader" in result.error and kinds(result) == ["Store"]
     few = 'require "editheader";\n' + 'addheader "X-B" "value";\n' * 10
     assert run(few, MESSAGE, ENVELOPE, env()).error is None
+
+
+@pytest.mark.parametrize("sender", ["MAILER-DAEMON@example.org", "owner-dev@lists.example.org",
+                                    "dev-request@lists.example.org", "LISTSERV@example.org",
+                                    "majordomo@example.org"])
+def test_vacation_not_sent_to_system_or_list_senders(sender):
+    """RFC 5230 4.6 (SHOULD NOT reply to owner-*, *-request, MAILER-DAEMON, LISTSERV,
+    majordomo envelope senders), on an otherwise ordinary message without list or
+    Auto-Submitted fields; the same message from a person gets its reply."""
+    script = 'require "vacation"; vacation "away";'
+    result = run(script, MESSAGE, Envelope(sender, "alice@example.com"), env())
+    assert kinds(result) == ["Store"] and "list or system" in result.notes[0]
+    assert "Vacation" in kinds(run(script, MESSAGE, ENVELOPE, env()))
