@@ -345,7 +345,7 @@ def test_addheader_cannot_grow_the_message_without_bound():
                                     "dev-request@lists.example.org", "LISTSERV@example.org",
                                     "majordomo@example.org"])
 def test_vacation_not_sent_to_system_or_list_senders(sender):
-    """RFC 5230 4.6 (SHOULD NOT reply to owner-*, *-request, MAILER-DAEMON, LISTSERV,
+    """RFC 5230 4.5 and RFC 3834 2 (no reply to owner-*, *-request, MAILER-DAEMON, LISTSERV,
     majordomo envelope senders), on an otherwise ordinary message without list or
     Auto-Submitted fields; the same message from a person gets its reply."""
     script = 'require "vacation"; vacation "away";'
