@@ -344,3 +344,14 @@ def test_include_global_reads_the_configured_account(tmp_path):
         lmtp(server, ["alice@example.com"], msg("cheap viagra"))
     assert len(messages(store, "alice", "Junk-Global")) == 1
     store.close()
+
+
+def test_redirect_refused_when_x_loop_names_the_recipient_or_the_target(store, server):
+    """RFC 5228 4.2 (implementations SHOULD detect loops): an ``X-Loop`` field naming this
+    recipient, or the redirect's target, marks a loop as a ``Delivered-To`` does; the message
+    is kept in INBOX and nothing is queued."""
+    activate(store, "alice", 'redirect "alice@elsewhere.example";')
+    lmtp(server, ["alice@example.com"], b"X-Loop: <alice@example.com>\r\n" + msg())
+    lmtp(server, ["alice@example.com"], b"X-Loop: alice@elsewhere.example\r\n" + msg())
+    assert outgoing(store) == []
+    assert len(messages(store, "alice", "INBOX")) == 2

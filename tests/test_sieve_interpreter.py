@@ -242,3 +242,113 @@ def test_last_command_without_semicolon_is_refused(script, line):
     result = run(script, MESSAGE, ENVELOPE, env())
     assert result.error is not None and kinds(result) == ["Store"]
     assert validate("keep;\n discard;") == [] and validate("# only a comment") == []
+
+
+def test_a_long_matches_key_on_a_big_body_is_bounded_by_the_steps():
+    """RFC 5228 2.10.6 (implementation limits) and 2.7.1 (:matches): a wildcard match costs up
+    to pattern x value; a key of a few thousand characters against a body of a few hundred
+    kilobytes is 10^9 comparisons.  Without ``?`` the match is linear (segments found by
+    str.find); with ``?`` the step bound (the CPU bound) counts the work, so the run stops with
+    a runtime error and an implicit keep within seconds, not minutes."""
+    big = MESSAGE.replace(b"body\r\n", b"a" * 300_000 + b"\r\n")
+    long_subject = MESSAGE.replace(b"Hello there", b"a" * 200_000)
+    for key in ("*" + "a" * 3000 + "b", "*" + "a" * 3000 + "?b"):
+        for script, message in ((f'require "body";\nif body :raw :matches "{key}" {{ discard; }}'
+                                 "\n", big),
+                                (f'if header :matches "subject" "{key}" {{ discard; }}\n',
+                                 long_subject)):
+            started = time.monotonic()
+            result = run(script, message, ENVELOPE, env())
+            assert time.monotonic() - started < 5
+            assert kinds(result) == ["Store"]
+            if "?" in key:
+                assert result.error and "steps" in result.error
+            else:
+                assert result.error is None
+
+
+def test_literal_and_wildcard_globs_agree_on_captures():
+    """RFC 5229 3.2: the str.find path and the two-pointer loop give the same shortest
+    ``*`` spans (``?`` added at the end of the text forces the loop)."""
+    cases = [("*a*", "xxaxxa"), ("a*b*c", "aXbYbZc"), ("**x", "yyx"), ("", ""), ("*", ""),
+             ("ab*", "a"), ("*bc", "abcbc"), ("a*a", "a"), ("*.*@*", "a.b@c.d@e")]
+    for pattern, text in cases:
+        fast = match([text], [pattern], ":matches", "i;octet")
+        slow = match([text + "!"], [pattern + "?"], ":matches", "i;octet")
+        assert fast[0] == slow[0], pattern
+        if fast[0]:
+            assert fast[1][1:] == slow[1][1:-1], pattern
+
+
+def test_ordinary_matches_on_a_big_body_still_run():
+    """RFC 5228 2.7.1: the bound must not refuse an everyday ``*word*`` test on a large
+    message (cost proportional to the body, well inside the default steps)."""
+    big = MESSAGE.replace(b"body\r\n", b"x" * 2_000_000 + b" invoice\r\n")
+    result = run('require "body";\nif body :raw :matches "*invoice*" { discard; }\n', big,
+                 ENVELOPE, env())
+    assert result.error is None and kinds(result) == ["Discard"]
+
+
+def test_vacation_threads_only_message_ids_from_the_original():
+    """RFC 5230 5.8 (In-Reply-To and References from the original's Message-ID and
+    References) and RFC 5322 3.6.4 (those fields hold msg-ids only): a folded continuation
+    or an encoded word in the original's fields must not carry other text, such as a
+    ``Bcc:``, into the reply's header."""
+    original = (b"From: Sender <sender@example.org>\r\nTo: alice@example.com\r\n"
+                b"Subject: Hello\r\nMessage-ID: <m1@example.org>\r\n\tBcc: v2@example.net\r\n"
+                b"References: <r1@example.org>\r\n =?utf-8?q?x=0D=0ABcc:_v3@example.net?=\r\n"
+                b"\r\nbody\r\n")
+    result = run('require "vacation";\nvacation "away";\n', original, ENVELOPE, env())
+    [reply] = [a for a in result.actions if isinstance(a, Vacation)]
+    head = build_reply(reply, "mx.example.com", 0).split(b"\r\n\r\n")[0]
+    assert b"In-Reply-To: <m1@example.org>\r\n" in head
+    assert b"References: <r1@example.org> <m1@example.org>\r\n" in head
+    assert b"Bcc" not in head
+
+
+def test_variable_expansion_is_counted_against_the_steps():
+    """RFC 5229 6 (limits on variables) and RFC 5228 2.10.6: a value is truncated to
+    max_variable_size, but a string of thousands of ``${x}`` references expands to tens of
+    megabytes before that, and an included script (RFC 6609, no :once) can do it thousands of
+    times for a few steps each.  The expanded length is charged to the step bound, so the run
+    stops with a runtime error and an implicit keep within seconds."""
+    doubled = ('require "variables";\nset "x" "ab";\n'
+               + 'set "x" "${x}${x}";\n' * 40 + 'set :length "n" "${x}";\n'
+               'if string :is "${n}" "4096" { discard; }\n')
+    result = run(doubled, MESSAGE, ENVELOPE, env())
+    assert result.error is None and kinds(result) == ["Discard"]  # truncated at 4096
+    scripts = {"big": 'require ["variables", "include"];\nglobal "x";\nset "y" "'
+                      + "${x}" * 12000 + '";\n'}
+    main = ('require ["variables", "include"];\nglobal "x";\nset "x" "' + "a" * 4096
+            + '";\n' + 'include "big";\n' * 3000)
+    started = time.monotonic()
+    result = run(main, MESSAGE, ENVELOPE,
+                 env(get_script=lambda location, name: scripts.get(name)))
+    assert time.monotonic() - started < 5
+    assert result.error and "steps" in result.error and kinds(result) == ["Store"]
+
+
+def test_addheader_cannot_grow_the_message_without_bound():
+    """RFC 5293 7 (implementations may limit the number and size of added fields) and RFC 5228
+    2.10.6: thousands of ``addheader`` of a 4000-character variable would add megabytes to
+    every copy delivered (more through includes); past the bound the run is a runtime error,
+    the message is kept unchanged, and a handful of fields is still fine."""
+    many = ('require ["editheader", "variables"];\nset "x" "' + "a" * 4000 + '";\n'
+            + 'addheader "X-A" "${x}";\n' * 2500)
+    result = run(many, MESSAGE, ENVELOPE, env())
+    assert result.error and "addheader" in result.error and kinds(result) == ["Store"]
+    few = 'require "editheader";\n' + 'addheader "X-B" "value";\n' * 10
+    assert run(few, MESSAGE, ENVELOPE, env()).error is None
+
+
+@pytest.mark.parametrize("sender", ["MAILER-DAEMON@example.org", "owner-dev@lists.example.org",
+                                    "dev-request@lists.example.org", "LISTSERV@example.org",
+                                    "majordomo@example.org"])
+def test_vacation_not_sent_to_system_or_list_senders(sender):
+    """RFC 5230 4.5 and RFC 3834 2 (no reply to owner-*, *-request, MAILER-DAEMON, LISTSERV,
+    majordomo envelope senders), on an otherwise ordinary message without list or
+    Auto-Submitted fields; the same message from a person gets its reply."""
+    script = 'require "vacation"; vacation "away";'
+    result = run(script, MESSAGE, Envelope(sender, "alice@example.com"), env())
+    assert kinds(result) == ["Store"] and "list or system" in result.notes[0]
+    assert "Vacation" in kinds(run(script, MESSAGE, ENVELOPE, env()))

@@ -177,3 +177,23 @@ def test_withdrawn_delivery_leaves_no_reply_queued_and_the_retry_sends_one(tmp_p
     assert sorted(reason for _, _, reason, _ in outgoing(store)) == ["redirect", "vacation"]
     assert len(messages(store, "alice", "INBOX")) == 1
     store.close()
+
+
+def test_a_new_period_sends_a_new_reply(backend):
+    """RFC 5230 4.2 ("a response is sent only once per period", ":days" the period): a second
+    message from the same sender inside :days gets no reply; once the period has passed (the
+    store's clock moved a day and a second on), the next one gets a reply again."""
+    store = open_store(backend)
+    activate(store, "alice", VACATION)
+    start = time.time()
+    now = [start]
+    store.clock = lambda: now[0]
+    deliver(store, msg(message_id="<p1@example.org>"), b"q1")
+    deliver(store, msg(message_id="<p2@example.org>"), b"q2")
+    assert [reason for _, _, reason, _ in outgoing(store)] == ["vacation"]
+    now[0] = start + 86400 - 1  # still inside the day
+    deliver(store, msg(message_id="<p3@example.org>"), b"q3")
+    assert len(outgoing(store)) == 1
+    now[0] = start + 86400 + 1
+    deliver(store, msg(message_id="<p4@example.org>"), b"q4")
+    assert [reason for _, _, reason, _ in outgoing(store)] == ["vacation", "vacation"]

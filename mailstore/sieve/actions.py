@@ -23,6 +23,9 @@ class Limits:
     """Nested include levels (RFC 6609 3.2 asks for a limit; Pigeonhole: 10)."""
     max_variable_size: int = 4096
     """Longest variable value in characters, longer values are truncated (RFC 5229 6)."""
+    max_added_header_bytes: int = 64 * 1024
+    """Characters of header fields ``addheader`` may add in one run (RFC 5293 7 allows a
+    limit): beyond it the run fails and the message is kept unedited."""
     vacation_min_days: int = 1
     vacation_max_days: int = 60
     vacation_default_days: int = 7

@@ -26,7 +26,7 @@ from .actions import (
     Vacation,
 )
 from .grammar import Node, Script, SieveSyntaxError, parse
-from .match import COMPARATORS, RELATIONS, MatchError, casemap, match
+from .match import COMPARATORS, RELATIONS, MatchBudget, MatchError, Work, casemap, match
 from .message import SieveMessage, addresses, decode_value, is_address_header
 
 SUPPORTED = frozenset({
@@ -89,6 +89,13 @@ def run(script: str | Script, raw_message: bytes | SieveMessage, envelope: Envel
                       error_message=message)
 
 
+_EXPANSION_CHARS_PER_STEP = 1024
+"""Characters a variable reference expands to, counted as one step."""
+_GLOB_ITERATIONS_PER_STEP = 64
+"""Wildcard-match iterations counted as one step (a step is a few microseconds of Python;
+an iteration a few tenths of one)."""
+
+
 class _Interpreter:
     def __init__(self, raw: bytes | SieveMessage, envelope: Envelope, env: Environment):
         self.message = raw.clone() if isinstance(raw, SieveMessage) else SieveMessage(raw)
@@ -107,6 +114,7 @@ class _Interpreter:
         self.required: set[str] = set()
         self.included_once: set[tuple[str, str]] = set()
         self.depth = 0
+        self.added_header_bytes = 0
         self.line = 0
         """The line of the command or test running (for the error log)."""
         self.script_name = ""
@@ -191,7 +199,14 @@ class _Interpreter:
             raise SieveRuntimeError(f"invalid encoded character {found.group(0)}") from exc
 
     def _lookup(self, found: re.Match) -> str:
-        name = found.group(1)
+        value = self._value(found.group(1))
+        # Each reference is charged for what it adds (one step a KiB), before the string is
+        # built: thousands of ${x} in one string, run again by includes, would otherwise
+        # be megabytes of copying per step (RFC 5229 6, RFC 5228 2.10.6).
+        self.step(1 + len(value) // _EXPANSION_CHARS_PER_STEP)
+        return value
+
+    def _value(self, name: str) -> str:
         if name.isdigit():
             index = int(name)
             return self.captures[index] if index < len(self.captures) else ""
@@ -257,7 +272,19 @@ class _Interpreter:
         if kind == ":count":
             values = [str(len(values))]
         self.step(len(values) * max(1, len(keys)))
-        found, captures = match(values, keys, kind, comparator, relation)
+        work = None
+        if kind == ":matches":
+            # What is left of the step bound, as wildcard-loop iterations: a key of
+            # thousands of characters with ``?`` against a big body would otherwise be
+            # pattern x value iterations of Python (minutes) inside one step.
+            work = Work((self.max_steps - self.steps) * _GLOB_ITERATIONS_PER_STEP)
+            before = work.left
+        try:
+            found, captures = match(values, keys, kind, comparator, relation, work)
+        except MatchBudget:
+            raise SieveRuntimeError(f"script exceeded {self.limits.max_steps} steps") from None
+        if work is not None:
+            self.step((before - work.left) // _GLOB_ITERATIONS_PER_STEP)
         if found and captures is not None and "variables" in self.required:
             self.captures = captures[:10]
         return found
@@ -642,6 +669,10 @@ class _Interpreter:
             raise SieveRuntimeError(f"addheader: invalid field name {name!r}")
         if name.lower() in PROTECTED_FIELDS:
             return  # silently ignored, as Pigeonhole does for protected fields
+        self.added_header_bytes += len(name) + len(value) + 4
+        if self.added_header_bytes > self.limits.max_added_header_bytes:
+            raise SieveRuntimeError(f"addheader added more than "
+                                    f"{self.limits.max_added_header_bytes} characters of fields")
         self.message.add_field(name, value, ":last" in node.tags)
 
     def cmd_deleteheader(self, node: Node) -> None:

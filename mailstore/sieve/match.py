@@ -72,20 +72,72 @@ def _tokens(pattern: str) -> list:
     return out
 
 
-def glob(tokens: list, text: str) -> list[tuple[int, int]] | None:
+class MatchBudget(Exception):
+    """A :matches comparison ran out of its work allowance (see :class:`Work`)."""
+
+
+class Work:
+    """Loop iterations a wildcard match may still spend: the interpreter turns what is left
+    of its step bound into this, so a pathological pattern x value stops the script (RFC 5228
+    2.10.6) instead of taking minutes of CPU."""
+
+    __slots__ = ("left",)
+
+    def __init__(self, left: int):
+        self.left = left
+
+
+def _glob_literal(tokens: list, text: str) -> list[tuple[int, int]] | None:
+    """``glob`` for a pattern without ``?``: literal segments between ``*``s, each found
+    leftmost with ``str.find`` (linear in C), which gives the same shortest ``*`` spans as the
+    two-pointer loop.  The first segment is anchored at the start, the last at the end."""
+    segments, current = [], []
+    for token in tokens:
+        if token is _STAR:
+            segments.append("".join(current))
+            current = []
+        else:
+            current.append(token)
+    segments.append("".join(current))
+    if len(segments) == 1:
+        return [] if text == segments[0] else None
+    first, last = segments[0], segments[-1]
+    limit = len(text) - len(last)
+    if limit < len(first) or not text.startswith(first) or not text.endswith(last):
+        return None
+    pos, spans = len(first), []
+    for segment in segments[1:-1]:
+        found = text.find(segment, pos, limit)
+        if found < 0:
+            return None
+        spans.append((pos, found))
+        pos = found + len(segment)
+    spans.append((pos, limit))
+    return spans
+
+
+def glob(tokens: list, text: str, work: Work | None = None) -> list[tuple[int, int]] | None:
     """Match ``text`` against ``tokens``; the (start, end) of each wildcard, or None.
 
-    The classic two-pointer wildcard match: on a mismatch only the most recent ``*`` grows,
+    Without ``?`` the segments are found with ``str.find`` (``_glob_literal``).  Otherwise
+    the classic two-pointer wildcard match: on a mismatch only the most recent ``*`` grows,
     so the cost is at most len(tokens) x len(text) -- no backtracking blow-up whatever the
-    script (a regex engine can take exponential time on patterns like ``*a*a*a*b``).  Each
+    script (a regex engine can take exponential time on patterns like ``*a*a*a*b``) -- and
+    each iteration is charged to ``work``, raising MatchBudget when it runs out.  Each
     ``*`` takes as little as it can, which is what RFC 5229 3.2's examples and Pigeonhole
     give for ``${1}``.
     """
+    if _ONE not in tokens:
+        return _glob_literal(tokens, text)
     spans: dict[int, tuple[int, int]] = {}
     p = t = 0
     star = -1
     star_t = 0
+    left = work.left if work is not None else -1
     while t < len(text):
+        if left == 0:
+            raise MatchBudget("wildcard match too costly")
+        left -= 1
         token = tokens[p] if p < len(tokens) else None
         if token is _STAR:
             star, star_t = p, t
@@ -103,7 +155,11 @@ def glob(tokens: list, text: str) -> list[tuple[int, int]] | None:
             spans[star] = (spans[star][0], star_t)
             p, t = star + 1, star_t
         else:
-            return None
+            break
+    if work is not None:
+        work.left = max(left, 0)
+    if t < len(text):
+        return None
     while p < len(tokens) and tokens[p] is _STAR:
         spans[p] = (t, t)
         p += 1
@@ -125,13 +181,14 @@ def _compiled(pattern: str) -> list:
 
 
 def match(values: list[str], keys: list[str], match_type: str = ":is",
-          comparator: str = "i;ascii-casemap", relation: str | None = None
-          ) -> tuple[bool, list[str] | None]:
+          comparator: str = "i;ascii-casemap", relation: str | None = None,
+          work: Work | None = None) -> tuple[bool, list[str] | None]:
     """Whether any of ``values`` matches any of ``keys``; and the captures of the first
     :matches success (``[whole, *wildcards]``) or None.
 
     ``match_type`` is ``:is``, ``:contains``, ``:matches``, ``:value`` or ``:count`` (the
-    caller passes the count as the one value for :count).
+    caller passes the count as the one value for :count).  ``work`` bounds :matches (see
+    :class:`Work`).
     """
     if comparator == "i;ascii-numeric" and match_type in (":contains", ":matches"):
         raise MatchError(f"comparator {comparator} does not support {match_type}")
@@ -149,7 +206,7 @@ def match(values: list[str], keys: list[str], match_type: str = ":is",
             # the captures' spans in the original.
             tokens = _compiled(casemap(key) if fold else key)
             for value in values:
-                spans = glob(tokens, casemap(value) if fold else value)
+                spans = glob(tokens, casemap(value) if fold else value, work)
                 if spans is not None:
                     return True, [value, *(value[a:b] for a, b in spans)]
         return False, None

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import email.utils
 import hashlib
+import re
 import time
 
 from .actions import Envelope, Environment, Vacation
@@ -77,15 +78,24 @@ def decide(node, expand, message: SieveMessage, envelope: Envelope, env: Environ
         return "already replied within the period"
 
     original_subject = (message.headers("subject") or [""])[0]
-    message_id = (message.headers("message-id") or [None])[0]
-    references = (message.headers("references") or [None])[0]
-    if message_id:
-        references = f"{references} {message_id}" if references else message_id
+    ids = _msg_ids(message, "message-id")
+    message_id = ids[0] if ids else None
+    references = " ".join(_msg_ids(message, "references") + ids[:1]) or None
     return Vacation(
         to=sender, from_=sender_from or envelope.rcpt_to or (own[0] if own else ""),
         subject=subject if subject is not None else f"Auto: {original_subject}".rstrip(),
         reason=reason, mime=":mime" in tags, track_key=key, seconds=seconds,
         in_reply_to=message_id, references=references)
+
+
+_MSG_ID = re.compile(r"<[^<>\s]+>")
+
+
+def _msg_ids(message: SieveMessage, name: str) -> list[str]:
+    """The msg-ids of the first ``name`` field, raw (RFC 5322 3.6.4: nothing else belongs in
+    Message-ID or References; not decoded, so an encoded word cannot smuggle text in)."""
+    raw = (message.raw_headers(name) or [b""])[0].decode("utf-8", "replace")
+    return _MSG_ID.findall(raw)
 
 
 def _without_detail(address: str) -> str:
