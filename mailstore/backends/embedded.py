@@ -680,6 +680,22 @@ class EmbeddedBackend(Backend):
             db.execute(f'DROP TABLE IF EXISTS "t_{name}"')
             db.execute("DELETE FROM _families WHERE tbl = ?", (name,))
 
+    def release_thread(self) -> None:
+        """Close this thread's connection (a thread that is about to end: a server thread
+        per client, as the test gateway's).  Without it the connection, and its two file
+        descriptors, would stay open until :meth:`close`."""
+        db = getattr(self._local, "db", None)
+        if db is None:
+            return
+        self._local.db = None
+        with self._all_lock:
+            if db in self._all:
+                self._all.remove(db)
+        try:
+            db.close()
+        except sqlite3.Error:
+            pass
+
     def close(self) -> None:
         with self._all_lock:
             for db in self._all:

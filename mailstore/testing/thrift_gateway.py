@@ -692,6 +692,10 @@ class ThriftGateway:
             log.warning("thrift gateway: dropped a connection: %s: %s", type(exc).__name__, exc)
         finally:
             trans.close()       # closes the socket; TSocket.close swallows its own errors
+            # This thread's SQLite connection ends with it: a long test session opens
+            # thousands of client connections, and their descriptors ran out (select()'s
+            # FD_SETSIZE first: "filedescriptor out of range").
+            self.store.release_thread()
             with self._lock:
                 self._clients.pop(threading.current_thread(), None)
 
