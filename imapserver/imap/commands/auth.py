@@ -22,6 +22,7 @@ from twisted.internet import defer, task
 from mailstore.errors import InvalidName
 
 from ...observe import LOGINS, Logger
+from ...sasl import MalformedResponse, ProxyRefused, parse_plain
 from ..context import AUTH, NOT_AUTH, SELECTED, Bad, No, command
 from ..wire import as_text
 
@@ -102,12 +103,12 @@ def authenticate(ctx):
         initial = b"" if str(initial) == "=" else _b64(str(initial).encode())
     if mechanism == "PLAIN":
         data = initial if initial is not None else (yield _challenge(ctx, b""))
-        parts = data.split(b"\x00")
-        if len(parts) != 3:
-            raise Bad("Malformed PLAIN response")
-        authzid, user, password = (p.decode("utf-8", "replace") for p in parts)
-        if authzid and authzid.lower() != user.lower():
-            raise No("Proxy authorization is not supported", "AUTHORIZATIONFAILED")
+        try:
+            user, password = parse_plain(data)
+        except MalformedResponse as exc:
+            raise Bad(str(exc)) from None
+        except ProxyRefused as exc:
+            raise No(str(exc), "AUTHORIZATIONFAILED") from None
     else:
         user_b = initial if initial is not None else (yield _challenge(ctx, b"Username:"))
         password_b = yield _challenge(ctx, b"Password:")

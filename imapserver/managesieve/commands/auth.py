@@ -22,6 +22,7 @@ from twisted.internet import defer, task
 from mailstore.errors import InvalidName
 
 from ...observe import MANAGESIEVE_LOGINS, Logger
+from ...sasl import parse_plain
 from .. import wire
 from ..context import AUTH, NOT_AUTH, No, command
 from .basic import capability_lines
@@ -67,12 +68,10 @@ def authenticate(ctx):
     initial = _b64(ctx.args[1].data) if len(ctx.args) == 2 else None
     if mechanism == "PLAIN":
         data = initial if initial is not None else (yield _challenge(ctx, b""))
-        parts = data.split(b"\x00")
-        if len(parts) != 3:
-            raise No("Malformed PLAIN response")
-        authzid, user, password = (p.decode("utf-8", "replace") for p in parts)
-        if authzid and authzid.lower() != user.lower():
-            raise No("Proxy authorization is not supported")
+        try:
+            user, password = parse_plain(data)
+        except ValueError as exc:  # malformed, or a proxy login (RFC 4616)
+            raise No(str(exc)) from None
     else:
         user_b = initial if initial is not None else (yield _challenge(ctx, b"Username:"))
         password_b = yield _challenge(ctx, b"Password:")
