@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import os
 import random
+import threading
 import time
 import uuid
 from dataclasses import dataclass
@@ -36,12 +37,27 @@ def new_id() -> bytes:
 
 
 _RANDOM = random.Random()
-os.register_at_fork(after_in_child=_RANDOM.seed)
+_LAST = [0, 0]          # the last ordered id's millisecond and 74 random bits, this process
+_LAST_LOCK = threading.Lock()
+
+
+def _after_fork() -> None:
+    # A child must not continue its parent's sequence: both would then make the same next id.
+    _RANDOM.seed()
+    _LAST[:] = [0, 0]
+
+
+os.register_at_fork(after_in_child=_after_fork)
 
 
 def new_ordered_id() -> bytes:
     """A fresh 16-byte id that sorts by creation time: a UUIDv7 (RFC 9562), 48 bits of Unix
     time in milliseconds, then 74 random bits (uniqueness does not depend on the clock).
+
+    Within one process the ids are strictly increasing: a second id in the same millisecond
+    (or after the clock stepped back) takes the last one's random bits plus one, RFC 9562
+    6.2 method 2, so two ids made one after the other sort in that order (the outbox lists
+    its entries by them).
 
     For tables whose backend prefers ascending keys (``Table.ordered_keys``): in a B-tree a new
     row then lands at the right edge, where a full page is split cheaply, instead of in the
@@ -51,8 +67,17 @@ def new_ordered_id() -> bytes:
     # The random bits come from a generator of our own, seeded from the OS and reseeded in a
     # forked child (nobody else can seed it to a constant): these ids need to be unique, not
     # unguessable, and os.urandom was a system call per message (1.6% of an append's CPU).
-    rand = _RANDOM.getrandbits(74)
-    value = ((time.time_ns() // 1_000_000) << 80 | 0x7 << 76 | (rand >> 62) << 64
+    now = time.time_ns() // 1_000_000
+    with _LAST_LOCK:
+        last_ms, last_rand = _LAST
+        if now > last_ms:
+            ms, rand = now, _RANDOM.getrandbits(74)
+        elif last_rand + 1 < 1 << 74:
+            ms, rand = last_ms, last_rand + 1
+        else:                   # 2**74 ids in one millisecond: borrow the next one
+            ms, rand = last_ms + 1, _RANDOM.getrandbits(74)
+        _LAST[:] = [ms, rand]
+    value = (ms << 80 | 0x7 << 76 | (rand >> 62) << 64
              | 0b10 << 62 | rand & ((1 << 62) - 1))
     return value.to_bytes(16, "big")
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import io
 import os
+import time
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -199,6 +200,26 @@ def test_content_ids_stay_unique_whoever_seeds_the_random_module():
     assert os.read(read, 16)[6:] != keys.new_ordered_id()[6:]
 
 
+def test_ordered_ids_strictly_increase_within_a_millisecond(monkeypatch):
+    """RFC 9562 6.2: ids made one after the other sort in that order even when the clock
+    has not moved (or stepped back) -- the outbox lists entries by them, and two enqueues in
+    one millisecond once came back in random order.  Version and variant bits stay valid."""
+    import uuid
+
+    from mailstore import keys
+    frozen = time.time_ns()
+    monkeypatch.setattr(keys, "_LAST", [0, 0])
+    monkeypatch.setattr(keys.time, "time_ns", lambda: frozen)
+    ids = [keys.new_ordered_id() for _ in range(2000)]
+    monkeypatch.setattr(keys.time, "time_ns", lambda: frozen - 5_000_000_000)   # clock steps back
+    ids += [keys.new_ordered_id() for _ in range(10)]
+    assert ids == sorted(ids) and len(set(ids)) == len(ids)
+    for raw in ids:
+        u = uuid.UUID(bytes=raw)
+        assert u.version == 7 and u.variant == uuid.RFC_4122
+        assert int.from_bytes(raw[:6], "big") == frozen // 1_000_000
+
+
 def test_content_ids_ascend_where_the_backend_prefers_it(backend, monkeypatch):
     """The embedded store's B-tree takes ascending keys at its right edge, cheaply; over HBase
     ids stay random (UUID4), which spreads writes over regions."""
@@ -209,6 +230,7 @@ def test_content_ids_ascend_where_the_backend_prefers_it(backend, monkeypatch):
     table = backend.table(CONTENT.name)
     clock = iter(range(10**15, 10**15 + 10 * 10**6, 10**6))   # one millisecond apart
     monkeypatch.setattr(keys.time, "time_ns", lambda: next(clock))
+    monkeypatch.setattr(keys, "_LAST", [0, 0])      # forget this process's later ids
     ids = [write(table, b"x%d" % i) for i in range(8)]
     versions = {uuid.UUID(bytes=content_id).version for content_id in ids}
     assert len(set(ids)) == 8
