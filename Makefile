@@ -18,7 +18,7 @@ SUDO    := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 DEBIAN_TEST_PKGS := swaks dovecot-core dovecot-lmtpd dovecot-imapd isync fetchmail offlineimap3 \
                     systemd libseccomp2 dovecot-sieve dovecot-managesieved sieve-connect
 
-.PHONY: run test lint bench schema clean venv debian-test-pkgs
+.PHONY: run test check-long lint bench schema clean venv debian-test-pkgs
 
 venv: $(STAMP)
 
@@ -46,6 +46,10 @@ run: $(STAMP)
 	$(BIN)/imapserver --data-dir $(DATA)
 
 test: $(STAMP) debian-test-pkgs
+	$(BIN)/python -m pytest -q -m "not slow"
+
+# Every test, the slow ones too (loops of kills and faults, the long differential runs).
+check-long: $(STAMP) debian-test-pkgs
 	$(BIN)/python -m pytest -q
 
 lint: $(STAMP)
