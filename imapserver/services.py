@@ -25,6 +25,7 @@ def start_services(store, cfg, reactor, loop, announce) -> list:
 
     services: list = []
     try:
+        services += start_indexer(store)
         services += imap.start(store, cfg, reactor, loop, announce)
         services += delivery.start(store, cfg, reactor, loop, announce)
         services += managesieve.start(store, cfg, reactor, loop, announce)
@@ -35,6 +36,35 @@ def start_services(store, cfg, reactor, loop, announce) -> list:
                 abort()
         raise
     return services
+
+
+class _IndexerService:
+    """The background text indexer's thread (mailstore/indexer.py), as a service."""
+
+    name = "text-indexer"
+
+    def __init__(self, indexer):
+        self.indexer = indexer
+
+    def stop(self) -> None:
+        self.indexer.stop()  # after the batch in progress: a fraction of a second
+
+    abort = stop
+
+
+def start_indexer(store) -> list:
+    """With ``text_index = background``, index the queue in a thread of this process -- of
+    one process only among a supervisor's workers (worker 1, restarted if it dies): two
+    would index the same messages twice.  Nothing else needs it to run: SEARCH scans what
+    is not indexed yet."""
+    from mailstore.indexer import BackgroundIndexer
+
+    from . import observe
+    if store.text.queue is None or observe.WORKER not in (None, 1):
+        return []
+    indexer = BackgroundIndexer(store)
+    indexer.start()
+    return [_IndexerService(indexer)]
 
 
 INHERITED: dict[str, int] | None = None

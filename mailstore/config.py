@@ -89,7 +89,7 @@ SCHEMA: dict[str, dict[str, Key]] = {
         "abandon_after": Key(float, 10.0),
         "intent_timeout": Key(float, 60.0),
         "release_grace": Key(float, 3600.0),
-        "text_index": Key(_choice("yes", "lazy", "no"), "yes"),
+        "text_index": Key(_choice("background", "yes", "lazy", "no"), "background"),
     },
     "imap": {
         "host": Key(str, "127.0.0.1"),

@@ -403,10 +403,26 @@ TEXT_INDEX = TableDef(
     split="uniform",
 )
 
+TEXT_QUEUE = TableDef(
+    name="JAMES_TEXT_QUEUE",
+    purpose="Messages waiting for the background text indexer (`[store] text_index = "
+            "background`, mailstore/indexer.py; docs/decisions/0026-text-index.md).  Written "
+            "in the append's own counting call, so it costs no round trip; a message not yet "
+            "indexed is scanned by SEARCH meanwhile.",
+    row_key="16-byte mailbox UUID",
+    families={"q": "q:<4-byte UID>: a counter (1), one per message to index; deleted once "
+                   "the message is indexed or gone.  A row without cells is no row: the "
+                   "indexer's scan of the table finds only mailboxes with work"},
+    access="one increment per append or delivery (in its counting increment_rows); the "
+           "indexer scans the table (few rows: only mailboxes with work), reads a row, and "
+           "deletes the cells it indexed",
+    split="uniform",
+)
+
 TABLES: tuple[TableDef, ...] = (MAILBOXES, MAILBOX_INDEX, MESSAGES, CONTENT, SUBSCRIPTIONS,
                                 USERS, INTENTS, IMPORTS, CHANGES, OUTBOX, METADATA,
                                 URLAUTH_KEYS, SIEVE_SCRIPTS, ACL_INDEX, SIEVE_TRACKING,
-                                TEXT_INDEX)
+                                TEXT_INDEX, TEXT_QUEUE)
 
 
 SPLIT_ALGORITHMS = {"uniform": "UniformSplit", "hex": "HexStringSplit"}

@@ -29,6 +29,7 @@ from .errors import (
     Unpublished,
 )
 from .index import CHECKPOINT_EVERY, Delta, Indexes, MailboxIndex, Marks
+from .indexer import TextQueue
 from .mailboxes import DEFAULT_FOLDERS, MODSEQ, Mailbox, Mailboxes
 from .messages import (
     BODY,
@@ -137,8 +138,13 @@ class MailStore:
         # every append, copy, move, expunge and mailbox deletion, never needed for a right
         # answer (SEARCH scans what it does not cover).
         mode = {True: "yes", False: "no"}.get(text_index, text_index)
+        queue = TextQueue(backend) if mode == "background" else None
         self.text = TextSearch(backend.text_index() if mode != "no" else None, self.messages,
-                               mode=mode, grouped=backend.grouped)
+                               mode=mode, grouped=backend.grouped, queue=queue)
+        if self.text.queue is not None:
+            # Each append's counting call queues its message for the background indexer
+            # (mailstore/indexer.py): no write of its own, durable before the message is.
+            self.messages.count_also = self.text.queue.increments
 
     @functools.cached_property
     def sieve_tracking(self):
@@ -878,7 +884,8 @@ class MailStore:
 
     def _index_copies(self, target: Mailbox, pairs: list[tuple[int, int]]) -> None:
         """Index the messages a COPY or MOVE gave ``target`` (read back from their content:
-        the same octets give the same documents)."""
+        the same octets give the same documents), or queue them for the background indexer."""
+        self.text.queue_copies(target.id, [new for _old, new in pairs])
         if not self.text.at_append or not pairs:
             return
         try:

@@ -48,6 +48,9 @@ MAX_INDEXED_TEXT = 8 * 1024 * 1024
 """Most code points of decoded text indexed per message; a message with more is marked not
 indexable, and SEARCH scans it (as it scans every message without the index)."""
 
+MODES = ("background", "yes", "lazy", "no")
+"""``[store] text_index``'s values (see :class:`TextSearch`)."""
+
 ADDRESS_FIELDS = ("from", "to", "cc", "bcc")
 _OWN_DOC = frozenset(("subject", *ADDRESS_FIELDS))
 
@@ -157,21 +160,25 @@ class TextSearch:
     """The mail store's side of the text index: keeping it and asking it.
 
     ``index`` is the backend's :class:`TextIndex`.  ``mode`` is ``[store] text_index``:
-    ``yes`` indexes each message as it is stored; ``lazy`` indexes nothing then, and each
+    ``background`` (the server's default) queues each message as it is stored, and a
+    :class:`~.indexer.BackgroundIndexer` indexes the queue in batches (``queue``: the
+    :class:`~.indexer.TextQueue`); ``yes`` indexes each message as it is stored, before the
+    append is acknowledged; ``lazy`` indexes nothing then, and each
     SEARCH that meets messages not indexed first indexes up to :data:`LAZY_BATCH` of them in
     one transaction (``grouped``: the backend's), as Dovecot's fts does without autoindex --
     appends cost nothing, a mailbox never searched is never indexed; ``no`` stops both the
     writes and the lookups (SEARCH then scans, as before the index)."""
 
     def __init__(self, index: TextIndex | None, messages, mode: str = "yes",
-                 grouped: Callable | None = None):
-        if mode not in ("yes", "lazy", "no"):
-            raise ValueError(f"text_index must be yes, lazy or no, not {mode!r}")
+                 grouped: Callable | None = None, queue=None):
+        if mode not in MODES:
+            raise ValueError(f"text_index must be one of {', '.join(MODES)}, not {mode!r}")
         self.index = index
         self.messages = messages
         self.enabled = mode != "no" and index is not None
         self.at_append = self.enabled and mode == "yes"
         self.lazy = self.enabled and mode == "lazy"
+        self.queue = queue if self.enabled and mode == "background" else None
         self.grouped = grouped
 
     # -- keeping it ---------------------------------------------------------------------------
@@ -218,11 +225,23 @@ class TextSearch:
         except Exception as exc:  # noqa: BLE001
             log.warning("text index: expunged messages not removed: %s", exc)
 
+    def queue_copies(self, mailbox_id: bytes, uids: list[int]) -> None:
+        """``background``: queue messages a copy or move stored (never raises: an unqueued
+        message is scanned, and fsck --repair indexes it)."""
+        if self.queue is None or not uids:
+            return
+        try:
+            self.queue.add(mailbox_id, uids)
+        except Exception as exc:  # noqa: BLE001 - derived data
+            log.warning("text index: copied messages not queued: %s", exc)
+
     def drop(self, mailbox_id: bytes) -> None:
         if self.index is None:
             return
         try:
             self.index.drop(mailbox_id)
+            if self.queue is not None:
+                self.queue.drop(mailbox_id)
         except Exception as exc:  # noqa: BLE001 - fsck removes what stays of a gone mailbox
             log.warning("text index: mailbox not dropped: %s", exc)
 

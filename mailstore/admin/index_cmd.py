@@ -3,13 +3,14 @@
 ``index rebuild USER [MAILBOX]`` indexes every message of a mailbox again, over its old
 entry, and removes the entries of messages no longer there (messages stored before the index
 existed, an index written by an older version, or one suspected wrong); ``index status USER``
-says how much of each mailbox is indexed.  SEARCH stays
+says how much of each mailbox is indexed; ``index run`` indexes what ``text_index =
+background`` queued (the server's background indexer does so on its own).  SEARCH stays
 right throughout: a message not (yet) indexed is scanned.
 """
 
 from __future__ import annotations
 
-from .output import EXIT_OK, EXIT_PROBLEMS, Column, emit, table
+from .output import EXIT_OK, EXIT_PROBLEMS, Column, UsageError, emit, table
 from .progress import Progress
 
 
@@ -24,6 +25,13 @@ def register(sub, common) -> None:
     rebuild.add_argument("--no-progress", action="store_true",
                          help="no progress line on standard error")
     rebuild.set_defaults(func=index_rebuild)
+
+    run = isub.add_parser("run", parents=[common],
+                          help="index every message queued by text_index = background now "
+                               "(what the server's background indexer does)")
+    run.add_argument("--no-progress", action="store_true",
+                     help="no progress line on standard error")
+    run.set_defaults(func=index_run)
 
     status = isub.add_parser("status", parents=[common],
                              help="messages indexed and not indexed, per mailbox")
@@ -63,6 +71,29 @@ def index_rebuild(ctx) -> int:
     emit(args, {"user": user, "mailboxes": rows},
          lambda: table(rows, [Column("mailbox"), Column("messages"), Column("indexed")]))
     return EXIT_PROBLEMS if failed else EXIT_OK
+
+
+def index_run(ctx) -> int:
+    """Catch up with the background indexer's queue (a store no server serves, after an
+    import, or a server whose indexer fell behind): batches until nothing is left."""
+    from ..indexer import BackgroundIndexer, TextQueue
+    args = ctx.args
+    store = ctx.store
+    if not store.text.enabled:
+        raise UsageError("text_index = no: there is no index to write")
+    queue = store.text.queue or TextQueue(store.backend)
+    waiting = queue.count()
+    progress = Progress("indexing the queue", total_count=waiting,
+                        enabled=not args.no_progress and not args.json)
+    try:
+        done = BackgroundIndexer(store, queue=queue).run_until_empty(progress.update)
+    finally:
+        progress.close()
+    left = queue.count()
+    row = {"queued": waiting, "indexed": done, "left": left}
+    emit(args, row, lambda: table([row], [Column("queued"), Column("indexed"),
+                                          Column("left")]))
+    return EXIT_OK
 
 
 def index_status(ctx) -> int:

@@ -245,6 +245,15 @@ class TextIndex(abc.ABC):
         """Index one message; ``docs`` None records that it is not indexed (too big, not
         readable) and must be scanned (its marker is False).  Replaces an earlier entry."""
 
+    def put_many(self, mailbox_id: bytes, entries: Mapping[int, Mapping[str, str] | None]
+                 ) -> None:
+        """Index several messages of one mailbox, ``UID -> docs`` as for :meth:`put` (the
+        background indexer's batch).  Each message's guarantee is :meth:`put`'s; an engine
+        MAY make the batch cheaper than one put each (one transaction, one write per posting
+        row) and MAY apply it all or nothing."""
+        for uid, docs in entries.items():
+            self.put(mailbox_id, uid, docs)
+
     @abc.abstractmethod
     def remove(self, mailbox_id: bytes, uids: Collection[int]) -> None:
         """Forget messages (expunged or moved away): at least their markers."""

@@ -94,6 +94,24 @@ class Fts5TextIndex(TextIndex):
         except sqlite3.Error as exc:
             raise BackendUnavailable(f"embedded store: text index: {exc}") from exc
 
+    def put_many(self, mailbox_id: bytes, entries: Mapping[int, Mapping[str, str] | None]
+                 ) -> None:
+        # One transaction: FTS5 flushes one segment for the batch instead of one per message
+        # (the ~0.6 ms a message of decision 0026's append figure).
+        try:
+            with self.backend._locked() as db:
+                self._forget(db, mailbox_id, list(entries))
+                for uid, docs in entries.items():
+                    rowid = None
+                    if docs:
+                        rowid = db.execute(_INSERT, [docs.get(doc, "") for doc in TEXT_DOCS]
+                                           ).lastrowid
+                    db.execute("INSERT INTO ti_docs (mbox, uid, state, doc) "
+                               "VALUES (?, ?, ?, ?)",
+                               (mailbox_id, uid, 1 if docs is not None else 0, rowid))
+        except sqlite3.Error as exc:
+            raise BackendUnavailable(f"embedded store: text index: {exc}") from exc
+
     @staticmethod
     def _forget(db, mailbox_id: bytes, uids: Collection[int]) -> None:
         removed = False

@@ -59,6 +59,27 @@ class PostingIndex(TextIndex):
         # The marker last: a crash before it leaves the message unmarked, so it is scanned.
         self.table.put(mailbox_id + _MARKERS, {cell: b"1" if docs is not None else b"0"})
 
+    def put_many(self, mailbox_id: bytes, entries: Mapping[int, Mapping[str, str] | None]
+                 ) -> None:
+        # One mutation per posting row for the whole batch, holding a cell per message: the
+        # trigrams messages share (most of them, in one language) are one row write, not one
+        # each.  Every marker last, in one put.
+        postings: dict[bytes, dict[bytes, bytes]] = {}
+        for uid, docs in entries.items():
+            cell = _cell(uid)
+            for doc, text in (docs or {}).items():
+                code = mailbox_id + _CODES[doc]
+                for gram in trigrams(text):
+                    postings.setdefault(code + gram.encode("utf-8", "surrogatepass"),
+                                        {})[cell] = b"\x01"
+        rows = [Mutation(key, cells) for key, cells in postings.items()]
+        for i in range(0, len(rows), 1000):
+            self.table.mutate_rows(rows[i:i + 1000])
+        if entries:
+            self.table.put(mailbox_id + _MARKERS,
+                           {_cell(uid): b"1" if docs is not None else b"0"
+                            for uid, docs in entries.items()})
+
     def remove(self, mailbox_id: bytes, uids: Collection[int]) -> None:
         if uids:
             self.table.delete(mailbox_id + _MARKERS, [_cell(uid) for uid in uids])

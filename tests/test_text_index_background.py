@@ -1,0 +1,237 @@
+"""The background text indexer (``text_index = background``, mailstore/indexer.py, issue 14):
+appends only queue their messages, a batch indexes them later, and SEARCH's text keys
+(RFC 3501 6.4.4: case-insensitive substring of the decoded text) give the scan's answers at
+every moment -- before the batch ran, after a crash between the append and the batch, after
+expunges racing with it -- on every backend."""
+
+from __future__ import annotations
+
+import imaplib
+import json
+import random
+import time
+
+import pytest
+
+from imapserver.imap.search import evaluate
+from mailstore.backends.embedded import EmbeddedBackend
+from mailstore.fsck import Fsck
+from mailstore.indexer import BackgroundIndexer, TextQueue
+from mailstore.store import MailStore
+from tests import textgen
+from tests.admincli import run
+from tests.crashing import Crash, DieAt, DyingBackend
+from tests.imapproc import ServerProcess, make_users
+from tests.mailgen import message
+from tests.test_text_index import ScanOnly, differential, docs_texts, program
+
+
+def _found(store, box, key: bytes, needle: str) -> list[int]:
+    """SEARCH through the index, checked against the scan (RFC 3501 6.4.4)."""
+    uids = store.uids(box)
+    got = evaluate(program(key, needle), store, box, uids)
+    assert got == evaluate(program(key, needle), ScanOnly(store), box, uids)
+    return got
+
+
+def test_appended_message_found_before_and_after_the_batch(backend):
+    """An APPEND answered OK is searchable at once (RFC 3501 6.4.4): the message is queued,
+    not indexed, so SEARCH scans it; the batch then indexes every queued message in one go,
+    after which the index alone answers -- the same UIDs either way."""
+    store = MailStore(backend, text_index="background")
+    user = store.create_user("ann", "pw")
+    for n in range(5):
+        store.append(user, "INBOX", message(n, body=b"ordinary words %d\r\n" % n))
+    store.append(user, "INBOX", message(9, subject="quarterly zebrafish",
+                                        body=b"the zebrafish needle\r\n"))
+    box = store.mailbox(user, "INBOX")
+    uids = store.uids(box)
+    assert store.text.check(box.id, uids)[0] == uids  # nothing indexed at append
+    assert store.text.queue.count() == 6
+    assert _found(store, box, b"BODY", "ZEBRAFISH") == [uids[-1]]  # before the batch
+
+    indexer = BackgroundIndexer(store)
+    assert indexer.run_once() == 6
+    assert store.text.check(box.id, uids) == ([], [])
+    assert store.text.queue.count() == 0
+    found = store.text_candidates(box, {"k": (("body",), "zebrafish", True)}, uids)["k"]
+    assert uids[-1] in found.matches and not found.unindexed
+    assert _found(store, box, b"BODY", "ZEBRAFISH") == [uids[-1]]
+    assert _found(store, box, b"SUBJECT", "quarterly") == [uids[-1]]
+    assert indexer.run_once() == 0  # nothing left
+
+
+def test_differential_through_copies_moves_and_a_deleted_mailbox(backend):
+    """Random messages and needles (tests/textgen.py), indexed by batches between the
+    steps: answers equal the scan's throughout; a COPY or MOVE queues the new messages in
+    the target; a deleted mailbox's queue goes with it (RFC 3501 6.4.4, 6.4.7; RFC 6851)."""
+    rng = random.Random(140)
+    store = MailStore(backend, text_index="background")
+    user = store.create_user("bea", "pw")
+    store.create_mailbox(user, "Keep")
+    store.create_mailbox(user, "Gone")
+    datas = [textgen.message(rng, n) for n in range(10 if backend.name == "hbase" else 16)]
+    texts = [docs_texts(d) for d in datas]
+    for data in datas:
+        store.append(user, "INBOX", data)
+    store.append(user, "Gone", datas[0])
+    indexer = BackgroundIndexer(store, batch=4)  # several batches per mailbox
+    box = store.mailbox(user, "INBOX")
+    differential(store, box, rng, texts, 20)  # nothing indexed yet: all scanned
+    store.delete_mailbox(user, "Gone")
+    assert indexer.run_once() == len(datas)
+    assert store.text.queue.count() == 0
+    uids = store.uids(box)
+    store.copy(box, uids[:3], store.mailbox(user, "Keep"))
+    store.move(box, uids[3:6], store.mailbox(user, "Keep"))
+    keep = store.mailbox(user, "Keep")
+    assert store.text.check(keep.id, store.uids(keep))[0] == store.uids(keep)  # queued
+    differential(store, keep, rng, texts, 20)
+    assert indexer.run_once() == 6
+    assert store.text.check(keep.id, store.uids(keep)) == ([], [])
+    assert store.text.check(box.id, store.uids(box)) == ([], [])  # moved: entries gone
+    for name in ("INBOX", "Keep"):
+        differential(store, store.mailbox(user, name), rng, texts, 30)
+
+
+def test_expunge_removes_entries_even_racing_with_the_batch(backend, monkeypatch):
+    """EXPUNGE (RFC 3501 6.4.3) removes index entries whenever it comes: after the batch
+    (the entries go), before it (the queue cell is dropped, nothing indexed), or between the
+    batch's read and its write (the batch reads again and removes what it wrote)."""
+    store = MailStore(backend, text_index="background")
+    user = store.create_user("cid", "pw")
+    for n in range(6):
+        store.append(user, "INBOX", message(n, body=b"needle words\r\n"))
+    box = store.mailbox(user, "INBOX")
+    uids = store.uids(box)
+    store.expunge(box, uids[:2])  # before the batch
+    indexer = BackgroundIndexer(store)
+    real = store.text.docs_of_view
+
+    def racing(view):
+        if view.uid == uids[2]:  # an expunge by another session while the batch reads
+            store.expunge(box, [uids[2]])
+        return real(view)
+    monkeypatch.setattr(store.text, "docs_of_view", racing)
+    indexer.run_once()
+    assert store.text.index.markers(box.id) == dict.fromkeys(uids[3:], True)
+    assert store.text.queue.count() == 0
+    store.expunge(box, [uids[3]])  # after the batch
+    assert store.text.index.markers(box.id) == dict.fromkeys(uids[4:], True)
+    assert _found(store, box, b"BODY", "NEEDLE") == uids[4:]
+
+
+@pytest.mark.parametrize("death", ["index-write", "queue-delete"])
+def test_crash_between_append_and_indexing(backend, death):
+    """A process that dies after acknowledging APPENDs and before, or while, indexing them:
+    the messages are found by SEARCH all along (scanned; RFC 3501 6.4.4), stay queued, and
+    the next indexer indexes them.  Dying after the index write and before the queue
+    deletion indexes them again, harmlessly."""
+    store = MailStore(backend, text_index="background")
+    user = store.create_user("dan", "pw")
+    for n in range(4):
+        store.append(user, "INBOX", message(n, body=b"the zebrafish %d\r\n" % n))
+    when = {"index-write": lambda table, method, args: table in ("text_index",
+                                                                 "JAMES_TEXT_INDEX"),
+            "queue-delete": lambda table, method, args: table == "JAMES_TEXT_QUEUE"
+            and method == "delete"}[death]
+    dying = MailStore(DyingBackend(backend, DieAt(when)), create_tables=False,
+                      text_index="background")
+    with pytest.raises(Crash):
+        BackgroundIndexer(dying).run_once()
+
+    after = MailStore(backend, create_tables=False, text_index="background")
+    box = after.mailbox(user, "INBOX")
+    uids = after.uids(box)
+    assert _found(after, box, b"BODY", "ZEBRAFISH") == uids
+    assert after.text.queue.count() == 4  # still queued
+    assert BackgroundIndexer(after).run_once() == 4
+    assert after.text.check(box.id, uids) == ([], [])
+    assert after.text.queue.count() == 0
+    assert _found(after, box, b"BODY", "ZEBRAFISH 2") == [uids[2]]
+
+
+def test_fsck_repair_indexes_queued_messages(backend):
+    """fsck counts queued messages as unindexed (derived data, not a problem) and --repair
+    indexes them; the indexer then finds their queue cells and is done with them."""
+    store = MailStore(backend, text_index="background")
+    user = store.create_user("eve", "pw")
+    for n in range(3):
+        store.append(user, "INBOX", message(n))
+    assert Fsck(store).run().checked["unindexed messages"] == 3
+    report = Fsck(store, repair=True).run()
+    assert report.ok and report.checked["messages indexed now"] == 3
+    box = store.mailbox(user, "INBOX")
+    assert store.text.check(box.id, store.uids(box)) == ([], [])
+    BackgroundIndexer(store).run_once()
+    assert store.text.queue.count() == 0
+    assert "unindexed messages" not in Fsck(store).run().checked
+
+
+def test_pending_goes_round_the_queue(tmp_path):
+    """Each pass of the queue starts after the last mailbox the previous one read, so a
+    mailbox that stays queued (an append in flight) never starves the others."""
+    store = MailStore(EmbeddedBackend(str(tmp_path / "s")), text_index="background")
+    queue = TextQueue(store.backend)
+    for n in range(5):
+        queue.add(bytes([n]) * 16, [1])
+    seen = [[key[0] for key, _ in queue.pending(rows=2)] for _ in range(3)]
+    assert seen == [[0, 1], [2, 3], [4, 0]]
+
+
+def test_mailadmin_index_run(tmp_path):
+    """``mailadmin index run`` indexes what a store with no running server queued."""
+    data_dir = str(tmp_path / "store")
+    store = MailStore(EmbeddedBackend(data_dir), text_index="background")
+    store.create_user("fay", "pw")
+    for n in range(7):
+        store.append("fay", "INBOX", message(n))
+    store.close()
+    out = run("index", "run", "--json", data_dir=data_dir)
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout) == {"queued": 7, "indexed": 7, "left": 0}
+    out = run("index", "status", "fay", "--json", data_dir=data_dir)
+    rows = {r["mailbox"]: r for r in json.loads(out.stdout)["mailboxes"]}
+    assert rows["INBOX"]["indexed"] == 7 and rows["INBOX"]["missing"] == 0
+
+
+def test_server_indexes_in_the_background(tmp_path):
+    """The server (default configuration: text_index = background) answers SEARCH BODY for
+    a message it has just stored (RFC 3501 6.4.4), and its indexer thread indexes it within
+    seconds."""
+    data_dir = str(tmp_path / "srv")
+    make_users(data_dir, ("gus", "pw"))
+    with ServerProcess(data_dir) as server:
+        imap = imaplib.IMAP4("127.0.0.1", server.ports["imap"])
+        imap.login("gus", "pw")
+        imap.append("INBOX", None, None, message(1, body=b"a lonely zebrafish\r\n"))
+        imap.select("INBOX")
+        assert imap.uid("SEARCH", "BODY", "zebrafish") == ("OK", [b"1"])
+        reader = MailStore(EmbeddedBackend(data_dir), create_tables=False)
+        box = reader.mailbox("gus", "INBOX")
+        deadline = time.monotonic() + 20
+        while reader.text.check(box.id, [1])[0] and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert reader.text.check(box.id, [1]) == ([], [])
+        assert imap.uid("SEARCH", "BODY", "zebrafish") == ("OK", [b"1"])
+        imap.logout()
+        reader.close()
+
+
+def test_queueing_costs_an_append_no_round_trip(hbase_store):
+    """Over Thrift an APPEND (RFC 3501 6.3.11) makes eight calls with the index off
+    (tests/test_hbase_round_trips.py); queueing its message for the background indexer rides
+    in the counting ``incrementRows`` and adds none, where indexing at append added a batch
+    of posting-row puts and the marker's."""
+    calls = {}
+    for mode in ("no", "background", "yes"):
+        backend = hbase_store.another().backend()
+        store = MailStore(backend, text_index=mode)
+        store.create_user("hal", "pw", default_folders=False)
+        inbox = store.mailbox("hal", "INBOX")
+        store.append("hal", inbox, message(0, size=2000))  # warm
+        before = sum(backend.round_trips().values())
+        store.append("hal", inbox, message(1, size=2000))
+        calls[mode] = sum(backend.round_trips().values()) - before
+        store.close()
+    assert calls["background"] == calls["no"] == 8 < calls["yes"]
