@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable, Iterable
 
 from .backends.base import Backend, encode_counter
@@ -45,10 +46,12 @@ from .schema import TEXT_QUEUE
 
 log = logging.getLogger(__name__)
 
-BATCH = 100
+BATCH = 32
 """Messages indexed per transaction.  On the embedded store a batch holds the write lock
-while FTS5 takes its texts (~0.25 ms per 10 KiB message): 100 keep an append waiting behind
-it under ~30 ms, and make FTS5's per-commit segment flush cost ~6 us a message."""
+while FTS5 takes its texts (0.4-1 ms per 10 KiB message on this 2-core machine under load):
+32 keep an append that waits for it to ~30 ms, and still share FTS5's segment flush at each
+commit.  A batch of 100 held the lock 100 ms and cost appends a fifth of their rate
+(bench/RESULTS.md)."""
 
 PASS_ROWS = 100
 """Queue rows (mailboxes) read per pass; the next pass goes on after the last one read."""
@@ -131,6 +134,7 @@ class BackgroundIndexer:
         self.queue = queue
         self.batch = batch
         self.interval = interval
+        self.polite = True
         self.indexed = 0
         """Messages indexed since this indexer was made (metrics, tests)."""
         self._stop = threading.Event()
@@ -179,6 +183,9 @@ class BackgroundIndexer:
             # The text is read and extracted outside any transaction: the write lock is held
             # only for the index write below.
             try:
+                # Let go of the GIL between messages: an append returning from its fsync
+                # then waits for at most one message's extraction, not the whole batch's.
+                time.sleep(0)
                 entries[view.uid] = self.text.docs_of_view(view)
             except MailStoreError:
                 raise  # the store is failing: the batch stays queued
@@ -186,13 +193,20 @@ class BackgroundIndexer:
                 log.warning("text index: message %d not indexable: %s", view.uid, exc)
                 entries[view.uid] = None
         if entries:
+            started = time.monotonic()
             self.text.index.put_many(mailbox_id, entries)
+            held = time.monotonic() - started
             # Expunged meanwhile?  Then this write may have come after the expunge's removal.
             present = {v.uid for v in messages.get(mailbox_id, list(entries), [])}
             gone = [uid for uid in entries if uid not in present]
             if gone:
                 self.text.index.remove(mailbox_id, gone)
         self.queue.done(mailbox_id, uids)
+        if entries and self.polite:
+            # As long again without the write lock: a writer that found it taken polls for it
+            # with SQLite's busy handler (sleeps of 1, 2, 5, 10, 15 ms ...), and must not find
+            # it taken again by the next batch each time it looks.
+            self._stop.wait(held)
         return sum(1 for docs in entries.values() if docs is not None)
 
     # -- the thread ---------------------------------------------------------------------------

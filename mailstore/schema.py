@@ -396,10 +396,13 @@ TEXT_INDEX = TableDef(
             "document (1 subject, 2 from, 3 to, 4 cc, 5 bcc, 6 head, 7 body) + a trigram of "
             "its case-folded text, UTF-8 (posting rows)",
     families={"p": "p:<4-byte UID>: in a posting row, b'\\x01' (the message's document holds "
-                   "the trigram); in the markers row, b'1' indexed or b'0' not indexable"},
-    access="one batch of row puts per message indexed (one row per distinct trigram), the "
-           "marker last; one multi-get of a needle's trigram rows and one get of the markers "
-           "row per text key searched; a prefix delete per mailbox deleted or rebuilt",
+                   "the trigram); p:B<4-byte first UID><4-byte CRC-32>: in a posting row, "
+                   "the 4-byte UIDs of a background indexer's batch that hold it; in the "
+                   "markers row, b'1' indexed or b'0' not indexable"},
+    access="one batch of row puts per message or batch of messages indexed (one cell per "
+           "distinct trigram), the markers last; one multi-get of a needle's trigram rows "
+           "and one get of the markers row per text key searched; a prefix delete per "
+           "mailbox deleted or rebuilt",
     split="uniform",
 )
 

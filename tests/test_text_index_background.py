@@ -235,3 +235,24 @@ def test_queueing_costs_an_append_no_round_trip(hbase_store):
         calls[mode] = sum(backend.round_trips().values()) - before
         store.close()
     assert calls["background"] == calls["no"] == 8 < calls["yes"]
+
+
+def test_put_many_contract(backend):
+    """TextIndex.put_many, the indexer's batch write, on both engines: what a put of each
+    would give; and two batches of different UIDs starting at the same one (two indexers)
+    both stay findable -- on posting rows, one cell per batch, named by its UIDs."""
+    MailStore(backend)  # creates the tables
+    index = backend.text_index()
+    box = b"\x03" * 16
+    index.put_many(box, {5: {"subject": "lunch on friday", "body": "straße text"},
+                         6: {"subject": "friday report", "body": "other"}, 7: None})
+    assert index.markers(box) == {5: True, 6: True, 7: False}
+    assert index.match(box, "subject", "friday") >= {5, 6}
+    assert 6 not in index.match(box, "body", "aße t")
+    assert 5 in index.match(box, "body", "aße t")
+    index.put_many(box, {5: {"subject": "lunch on friday", "body": "straße text"},
+                         8: {"subject": "friday again", "body": "more"}})
+    assert index.match(box, "subject", "friday") >= {5, 6, 8}
+    assert index.match(box, "subject", "again") >= {8}
+    index.remove(box, [6])
+    assert index.markers(box) == {5: True, 7: False, 8: True}

@@ -4,8 +4,11 @@ This is the HBase backend's text index (any backend that does not override
 :meth:`Backend.text_index` gets it).  Layout, in ``JAMES_TEXT_INDEX`` (mailstore/schema.py):
 
 * ``mailbox UUID + doc code + trigram (UTF-8)`` -> one cell ``p:<4-byte UID>`` per message
-  whose document contains the trigram.  The doc code is one byte (1-7, :data:`TEXT_DOCS`'s
-  order), so SUBJECT's postings never make a BODY query read more, and every row of a mailbox
+  whose document contains the trigram (a message indexed alone, :meth:`PostingIndex.put`), or
+  one cell ``p:B<4-byte first UID><4-byte CRC-32 of the batch's UIDs>`` per batch of the
+  background indexer, holding the 4-byte UIDs of the batch's messages that contain it.  The
+  doc code is one byte (1-7, :data:`TEXT_DOCS`'s order), so SUBJECT's postings never make a
+  BODY query read more, and every row of a mailbox
   lies under its UUID (drop is one bounded prefix delete).
 * ``mailbox UUID + b"\\x00"`` (sorts before every posting row) -> the markers,
   ``p:<4-byte UID>`` = ``b"1"`` indexed or ``b"0"`` not indexable.
@@ -18,6 +21,7 @@ mailbox) until a rebuild drops and rewrites the mailbox's rows.
 
 from __future__ import annotations
 
+import zlib
 from collections.abc import Collection, Mapping
 
 from .base import TEXT_DOCS, TEXT_SEPARATOR, Mutation, Table, TextIndex, delete_rows
@@ -25,6 +29,7 @@ from .base import TEXT_DOCS, TEXT_SEPARATOR, Mutation, Table, TextIndex, delete_
 _CODES = {doc: bytes([i + 1]) for i, doc in enumerate(TEXT_DOCS)}
 _MARKERS = b"\x00"
 _FAMILY = b"p"
+_BATCH = b"p:B"  # + 8 bytes: 11 bytes long, where a one-message cell is 6
 
 
 def trigrams(text: str) -> set[str]:
@@ -40,6 +45,14 @@ def _cell(uid: int) -> bytes:
 
 def _uid(column: bytes) -> int:
     return int.from_bytes(column[2:], "big")
+
+
+def _uids(column: bytes, value: bytes) -> list[int]:
+    """The UIDs one posting cell holds: ``p:<UID>`` one, ``p:B<first UID><CRC>`` a
+    batch's."""
+    if len(column) == len(_BATCH) + 8:
+        return [int.from_bytes(value[i:i + 4], "big") for i in range(0, len(value), 4)]
+    return [_uid(column)]
 
 
 class PostingIndex(TextIndex):
@@ -61,18 +74,25 @@ class PostingIndex(TextIndex):
 
     def put_many(self, mailbox_id: bytes, entries: Mapping[int, Mapping[str, str] | None]
                  ) -> None:
-        # One mutation per posting row for the whole batch, holding a cell per message: the
-        # trigrams messages share (most of them, in one language) are one row write, not one
-        # each.  Every marker last, in one put.
-        postings: dict[bytes, dict[bytes, bytes]] = {}
-        for uid, docs in entries.items():
-            cell = _cell(uid)
+        # One cell per posting row for the whole batch, ``p:B<first UID><CRC>`` holding the UIDs of
+        # the batch's messages whose document has the trigram (4 bytes each): the trigrams
+        # messages share (most of them, in one language) are one cell, not one per message.
+        # Every marker last, in one put.
+        postings: dict[bytes, list[int]] = {}
+        for uid, docs in sorted(entries.items()):
             for doc, text in (docs or {}).items():
                 code = mailbox_id + _CODES[doc]
                 for gram in trigrams(text):
                     postings.setdefault(code + gram.encode("utf-8", "surrogatepass"),
-                                        {})[cell] = b"\x01"
-        rows = [Mutation(key, cells) for key, cells in postings.items()]
+                                        []).append(uid)
+        if not postings and not entries:
+            return
+        # Named by the batch's first UID and a checksum of its UIDs: two indexers batching
+        # differently (two processes) write two cells, and neither hides the other's UIDs.
+        packed = b"".join(uid.to_bytes(4, "big") for uid in sorted(entries))
+        batch_cell = _BATCH + packed[:4] + zlib.crc32(packed).to_bytes(4, "big")
+        rows = [Mutation(key, {batch_cell: b"".join(u.to_bytes(4, "big") for u in uids)})
+                for key, uids in postings.items()]
         for i in range(0, len(rows), 1000):
             self.table.mutate_rows(rows[i:i + 1000])
         if entries:
@@ -101,10 +121,11 @@ class PostingIndex(TextIndex):
         if len(found) < len(keys):
             return set()  # a trigram no message has
         # Smallest posting first: the intersection never grows.
-        posting = sorted((row for _key, row in found), key=len)
-        out = {_uid(col) for col in posting[0]}
-        for row in posting[1:]:
-            out.intersection_update(_uid(col) for col in row)
+        posting = sorted(({uid for col, val in row.items() for uid in _uids(col, val)}
+                          for _key, row in found), key=len)
+        out = posting[0]
+        for uids in posting[1:]:
+            out.intersection_update(uids)
             if not out:
                 break
         return out
