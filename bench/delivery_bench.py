@@ -71,7 +71,7 @@ def wait_banner(port: int, proc: subprocess.Popen, timeout: float = 30.0) -> Non
 
 
 class OurServer:
-    def __init__(self, workdir: Path):
+    def __init__(self, workdir: Path, extra: list[str] = ()):
         self.dir = workdir / "ours"
         store = MailStore(EmbeddedBackend(str(self.dir)))
         for user in USERS:
@@ -80,7 +80,8 @@ class OurServer:
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "imapserver.main", "--data-dir", str(self.dir),
              "--imap-port", "0", "--imaps-port", "0", "--smtp-port", "0",
-             "--lmtp-port", "auto", "--sieve-port", "0"], cwd=ROOT, stdout=subprocess.PIPE)
+             "--lmtp-port", "auto", "--sieve-port", "0", *extra], cwd=ROOT,
+            stdout=subprocess.PIPE)
         line = self.proc.stdout.readline().decode()
         if not line.startswith("lmtp listening on "):
             raise RuntimeError(f"imapserver did not start: {line!r}")
@@ -207,19 +208,23 @@ def main() -> int:
     p.add_argument("--connections", type=int, nargs="+", default=[1, 4],
                    help="concurrent LMTP sessions (each value is measured)")
     p.add_argument("--rounds", type=int, default=2, help="measurements per configuration")
+    p.add_argument("--recipients", type=int, nargs="+", default=[1, 10],
+                   help="recipients per message (each value is measured)")
+    p.add_argument("--server-args", default="",
+                   help="more imapserver arguments, space-separated (e.g. --workers 1)")
     args = p.parse_args()
 
     work = Path(tempfile.mkdtemp(prefix="delivery-bench-"))
     ours = dovecot = None
     try:
-        ours = OurServer(work)
+        ours = OurServer(work, args.server_args.split())
         dovecot = Dovecot(work)
         deliver(ours.port, 20, 1, 1)  # warm both up: imports, caches, first files
         deliver(dovecot.port, 20, 1, 1)
         print(f"{'recipients':>10} {'conns':>5} {'ours msg/s':>11} {'dovecot msg/s':>14} "
               f"{'ratio':>6}")
         rows = []
-        for recipients in (1, 10):
+        for recipients in args.recipients:
             for connections in args.connections:
                 best = {"ours": 0.0, "dovecot": 0.0}
                 for _ in range(args.rounds):

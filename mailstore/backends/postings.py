@@ -35,7 +35,9 @@ _BATCH = b"p:B"  # + 8 bytes: 11 bytes long, where a one-message cell is 6
 def trigrams(text: str) -> set[str]:
     """Every run of three code points in ``text`` that no needle can hold (none across
     :data:`TEXT_SEPARATOR`, which no needle holds)."""
-    grams = {text[i:i + 3] for i in range(len(text) - 2)}
+    # Slices made by map() in C: 2.4x faster than a comprehension over indexes, which was the
+    # background indexer's largest cost per message over HBase (profile, bench/RESULTS.md).
+    grams = set(map(text.__getitem__, map(slice, range(len(text) - 2), range(3, len(text) + 1))))
     return {g for g in grams if TEXT_SEPARATOR not in g} if TEXT_SEPARATOR in text else grams
 
 
