@@ -256,3 +256,63 @@ def test_put_many_contract(backend):
     assert index.match(box, "subject", "again") >= {8}
     index.remove(box, [6])
     assert index.markers(box) == {5: True, 7: False, 8: True}
+
+
+def test_embedded_groups_queue_on_the_process_lock_and_always_release_it(tmp_path):
+    """The embedded backend's groups of one process take a lock of the process around their
+    transaction (so an append behind the indexer's batch wakes at its commit instead of
+    sleeping in SQLite's busy handler).  It is released however a group ends -- committed,
+    rolled back by an error, flushed early, nested -- or the next group of another thread
+    would wait forever; and a group waiting for another one gets in right after it."""
+    import threading
+
+    backend = EmbeddedBackend(str(tmp_path / "g"), busy_timeout=2.0)
+    backend.create_table("T", {"f": {}})
+    table = backend.table("T")
+
+    def other_thread_group() -> float:
+        took: list[float] = []
+
+        def run():
+            start = time.monotonic()
+            with backend.grouped():
+                table.put(b"r", {b"f:x": b"2"})
+            took.append(time.monotonic() - start)
+            backend.release_thread()
+        worker = threading.Thread(target=run)
+        worker.start()
+        worker.join(10)
+        assert took, "the other thread's group never ran"
+        return took[0]
+
+    with backend.grouped():
+        table.put(b"r", {b"f:x": b"1"})
+    assert other_thread_group() < 1.0
+    with pytest.raises(RuntimeError), backend.grouped():
+        table.put(b"r", {b"f:x": b"1"})
+        raise RuntimeError("a failing call inside the group")
+    assert other_thread_group() < 1.0
+    with backend.grouped():
+        with backend.grouped():
+            table.put(b"r", {b"f:x": b"1"})
+        backend.flush_group()
+        table.put(b"r", {b"f:y": b"1"})
+    assert other_thread_group() < 1.0
+
+    released = threading.Event()
+
+    def hold():
+        with backend.grouped():
+            table.put(b"r", {b"f:z": b"1"})
+            released.wait(5)
+            time.sleep(0.2)  # still holding when the other thread asks
+        backend.release_thread()
+    holder = threading.Thread(target=hold)
+    holder.start()
+    time.sleep(0.05)
+    released.set()
+    waited = other_thread_group()  # waits for the holder's commit, then goes at once
+    holder.join(5)
+    assert 0.1 < waited < 1.5
+    assert table.row(b"r") == {b"f:x": b"2", b"f:y": b"1", b"f:z": b"1"}
+    backend.close()
