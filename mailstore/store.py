@@ -742,8 +742,11 @@ class MailStore:
     def sweep_released(self) -> int:
         """Delete content whose grace period after its last expunge is over (a batch of it);
         return how many release records were handled.  Releases sweep as they go; this is for
-        a store gone quiet (the IMAP server calls it now and then)."""
-        return self.content.sweep()
+        a store gone quiet (the IMAP server calls it now and then).  Once an hour it also
+        frees the files of large values no content refers to (decision 0028)."""
+        handled = self.content.sweep()
+        self.content.reclaim_now_and_then()
+        return handled
 
     def store_flags(self, mailbox: Mailbox, uids: Iterable[int], flags: Iterable[str],
                     mode: str = "add", unchanged_since: int | None = None,

@@ -10,8 +10,10 @@ Both sides of every size threshold on the way are covered: the streaming thresho
 (1,048,576 and 1,048,577 octets, and a multi-MB message), the store's content chunk size
 (262,144, the configured default), ``STREAM_HOP`` (the octets a streamed literal reads per
 thread-pool round trip, with the next read in flight while they drain: 1 MiB, so 2 MiB - 1,
-2 MiB and 2 MiB + 1 end inside, at and just past a hop) and the ``CONTENT_BATCH`` of 16
-messages per batch.
+2 MiB and 2 MiB + 1 end inside, at and just past a hop), the ``CONTENT_BATCH`` of 16
+messages per batch, and the MOB threshold of the content table (100 KiB: a chunk over it is
+kept in a file by the embedded store, decision 0028), for a one-chunk message and for the last
+chunk of a longer one (the rest of which is in the file).
 """
 
 from __future__ import annotations
@@ -24,11 +26,13 @@ import pytest
 
 from imapserver.imap.commands.fetch import CONTENT_BATCH, STREAM_ABOVE, STREAM_HOP
 from mailstore.content import DEFAULT_CHUNK
+from mailstore.schema import Layout
 from tests.imapproc import Client, ServerProcess, make_users
 from tests.tlscert import make_cert
 
 MIB = 1024 * 1024
 TRANSPORTS = ["plain", "starttls", "imaps"]
+MOB = Layout().mob_threshold
 
 
 def filler(n: int, seed: int) -> bytes:
@@ -77,7 +81,8 @@ def multipart(n: int, first: int, second: int) -> tuple[bytes, bytes, bytes]:
 # Messages, in mailbox order (UID k+1 is MESSAGES[k]).
 SIZES_AROUND = [64 * 1024 - 1, 64 * 1024, 64 * 1024 + 1, DEFAULT_CHUNK - 1, DEFAULT_CHUNK,
                 DEFAULT_CHUNK + 1, 2 * DEFAULT_CHUNK, 2 * DEFAULT_CHUNK + 1, MIB - 1,
-                2 * STREAM_HOP - 1, 2 * STREAM_HOP, 2 * STREAM_HOP + 1, 300, 5000]
+                2 * STREAM_HOP - 1, 2 * STREAM_HOP, 2 * STREAM_HOP + 1, 300, 5000,
+                MOB - 1, MOB, MOB + 1, DEFAULT_CHUNK + MOB, DEFAULT_CHUNK + MOB + 1]
 
 
 def build_messages() -> dict[str, bytes]:
@@ -103,6 +108,7 @@ def test_the_thresholds_are_what_this_file_assumes():
     assert STREAM_ABOVE == MIB
     assert STREAM_HOP == MIB and DEFAULT_CHUNK == 256 * 1024  # a hop is four store chunks
     assert len(NAMES) > CONTENT_BATCH  # FETCH 1:* below spans two content batches
+    assert MOB == 100 * 1024  # a chunk over it goes to a file (embedded store, decision 0028)
     assert len(MESSAGES["at"]) == MIB and len(MESSAGES["over"]) == MIB + 1
     assert len(MESSAGES["text_over.TEXT"]) == MIB + 1 and len(MESSAGES["mixed.1"]) == MIB + 1
 
