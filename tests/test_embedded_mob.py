@@ -214,3 +214,14 @@ def test_a_kill_between_a_chunk_and_its_cell_leaves_a_file_fsck_removes(tmp_path
     assert not Fsck(store, repair=True).run().ok
     assert files(store.backend, CONTENT.name) == []
     assert Fsck(store).run().ok
+
+
+def test_under_synchronous_normal_nothing_waits_for_a_sync(tmp_path):
+    """synchronous=NORMAL never fsyncs: the files written are not remembered for a sync that
+    will not come (the set would grow for as long as the server runs)."""
+    backend = EmbeddedBackend(str(tmp_path / "n"), synchronous="NORMAL")
+    backend.create_table("BIG", FAMILIES, mob=("c", LIMIT))
+    backend.table("BIG").put(b"r", {b"c:1": b"a" * 5000})
+    assert len(files(backend)) == 1
+    assert backend.mob_dirty.pending() == 0
+    backend.close()

@@ -25,6 +25,7 @@ import ssl
 import pytest
 
 from imapserver.imap.commands.fetch import CONTENT_BATCH, STREAM_ABOVE, STREAM_HOP
+from imapserver.imap.protocol import SPOOL_ABOVE
 from mailstore.content import DEFAULT_CHUNK
 from mailstore.schema import Layout
 from tests.imapproc import Client, ServerProcess, make_users
@@ -389,3 +390,34 @@ def test_one_fetch_of_every_message_mixing_streamed_and_not(wire):
         assert as_int(items[2][1]) == len(MESSAGES[name])
     # The session is still in step: a command after the stream gets its own answer.
     assert wire.command("n", "NOOP")[1] == b"n OK NOOP completed"
+
+
+@pytest.mark.parametrize("sync", [False, True], ids=["literal+", "synchronizing"])
+@pytest.mark.parametrize("size", [SPOOL_ABOVE, SPOOL_ABOVE + 1], ids=["at-spool", "over-spool"])
+def test_append_at_and_over_the_spool_threshold_then_fetch_is_exact(wire, size, sync):
+    """RFC 3501 6.3.11 APPEND and 4.3 literals: the octets of a literal go from the socket
+    straight to its sink (not through the line buffer), and one over ``SPOOL_ABOVE`` octets is
+    read 1 MiB at a time (imapserver/imap/protocol.py, issue 14).  The command the client
+    pipelined behind it in the same write is still parsed, and the message FETCHes back
+    byte for byte (through the MOB file of the embedded store)."""
+    box = f"lit{size}{'s' if sync else 'p'}"
+    assert wire.command("c", f"CREATE {box}")[1].startswith(b"c OK")
+    msg = of_size(90 + sync, size)
+    if sync:
+        wire.sock.sendall(b"a APPEND %s {%d}\r\n" % (box.encode(), size))
+        assert wire.line().startswith(b"+ ")
+        wire.sock.sendall(msg + b"\r\nn NOOP\r\n")
+    else:
+        wire.sock.sendall(b"a APPEND %s {%d+}\r\n" % (box.encode(), size) + msg
+                          + b"\r\nn NOOP\r\n")
+    for tag in ("a", "n"):
+        while not (line := wire.response()[-1]).startswith(tag.encode() + b" "):
+            pass
+        assert line.startswith(tag.encode() + b" OK"), line
+    assert wire.command("s", f"SELECT {box}")[1].startswith(b"s OK")
+    fetches, tagged = wire.command("f", "FETCH 1 BODY.PEEK[]")
+    assert tagged == b"f OK FETCH completed"
+    (_seq, [(name, body)]), = fetches
+    assert name == "BODY[]" and same(body, msg)
+    assert wire.command("d", f"DELETE {box}")[1].startswith(b"d OK")
+    assert wire.command("s", "SELECT INBOX")[1].startswith(b"s OK")

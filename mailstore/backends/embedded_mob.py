@@ -261,6 +261,11 @@ class DirtyFiles:
                 self._dirs.add(os.path.dirname(path))
                 self._dirs.add(os.path.dirname(os.path.dirname(path)))
 
+    def pending(self) -> int:
+        """How many files wait for the next sync."""
+        with self._lock:
+            return len(self._files)
+
     def sync(self) -> None:
         with self._lock:
             files, self._files = self._files, set()
@@ -290,6 +295,10 @@ def externalise(files: MobFiles, row: bytes, puts: Mapping[bytes, object],
             for col, val in puts.items()}
 
 
+def _ignore(path: str, new: bool) -> None:
+    return None
+
+
 def mob_table(base):
     """The table class of a table with large values: ``base`` (EmbeddedTable) with its reads
     resolving references and its writes putting large values in files.  Made here, from the
@@ -300,9 +309,12 @@ def mob_table(base):
             super().__init__(backend, name)
             family, threshold, secret = spec
             exists_sql = f"SELECT 1 FROM {self._sql} WHERE row = ? LIMIT 1"
+            # Only synchronous=FULL syncs (and so forgets) what was written: under NORMAL
+            # nothing is noted, or the set would grow for as long as the process runs.
+            dirty = backend.mob_dirty.note if backend.synchronous == "FULL" else _ignore
             self.files = MobFiles(backend.mob_root, name, family, threshold, secret,
                                   lambda row: backend._read(exists_sql, (row,)).fetchone()
-                                  is not None, backend.mob_dirty.note)
+                                  is not None, dirty)
 
         # -- reads: the references replaced by their values ------------------------------------
 
