@@ -6,7 +6,8 @@ that ends with ``{n}`` announces a synchronizing literal (we answer ``+`` and re
 argument.  Literals over ``max_literal_size`` are refused before they are read (synchronizing)
 or read and discarded (LITERAL+).  A command holds at most ``SPOOL_ABOVE`` octets of literals
 in memory; larger literals, and every literal after that much, are spooled to temporary files,
-so a command of many literals cannot grow the process.  Lines over ``max_line_length`` are
+so a command of many literals cannot grow the process -- except the message of a plain APPEND,
+which is stored as it arrives (literal_stream.py).  Lines over ``max_line_length`` are
 answered with BAD (tagged, when the line began with a tag) and skipped.
 
 Running: commands are parsed as soon as they arrive (clients pipeline), queued, and executed
@@ -50,6 +51,7 @@ from ..observe import (
 from . import wire
 from .compress import Deflate
 from .context import Bad, CommandContext, No, dispatch
+from .literal_stream import StreamedLiteral, streamable
 
 CRLF = b"\r\n"
 SPOOL_ABOVE = 1024 * 1024
@@ -100,6 +102,7 @@ class IMAPServerProtocol(protocol.Protocol):
         self._skipping_line = False
         self._skipped_tag = b"*"
         self._input_paused = False
+        self._literal_held = False  # reading paused for a streamed literal (hold_reading)
         self._output_paused = False
         self._writable_waiters: list[defer.Deferred] = []
         self._held = 0  # octets of the current command's literals held in memory
@@ -154,7 +157,7 @@ class IMAPServerProtocol(protocol.Protocol):
             if call is not None and call.active():
                 call.cancel()
         self._release_writers()
-        self._queue.clear()
+        self._clear_queue()
         self._forget_command()
         sink, self._literal_sink = self._literal_sink, None
         if hasattr(sink, "close"):
@@ -384,6 +387,7 @@ class IMAPServerProtocol(protocol.Protocol):
             self._command_octets = 0
             if self._discard_literal:
                 self._discard_literal = False
+                close_streams(segments)
                 return  # the command was already refused when its literal was
             self._enqueue(segments)
             return
@@ -407,7 +411,10 @@ class IMAPServerProtocol(protocol.Protocol):
                 self._finish_literal()
             return
         if self._held + size > SPOOL_ABOVE:
-            self._literal_sink = tempfile.TemporaryFile()
+            if size > SPOOL_ABOVE and streamable(self, line, len(self._segments) == 1):
+                self._literal_sink = StreamedLiteral(self, size)  # stored as it arrives
+            else:
+                self._literal_sink = tempfile.TemporaryFile()
             if size > SPOOL_ABOVE:
                 self._read_size(BIG_READ)
         else:
@@ -433,7 +440,9 @@ class IMAPServerProtocol(protocol.Protocol):
             return
         sink, self._literal_sink = self._literal_sink, None
         value = sink.getvalue() if isinstance(sink, _Bytes) else sink
-        if not isinstance(value, bytes):
+        if isinstance(value, StreamedLiteral):
+            value.end()
+        elif not isinstance(value, bytes):
             value.seek(0)
         self._segments.append(value)
 
@@ -453,6 +462,13 @@ class IMAPServerProtocol(protocol.Protocol):
         in the clear before the TLS handshake must not run inside the TLS session."""
         self._buffer.clear()
         self._forget_command()
+        self._clear_queue()
+
+    def _clear_queue(self) -> None:
+        """Drop the commands not run yet, removing what their streamed literals stored."""
+        for tokens in self._queue:
+            if isinstance(tokens, list):
+                close_streams(tokens)
         self._queue.clear()
 
     def _reject_line(self, tag: bytes, reason: str) -> None:
@@ -465,6 +481,7 @@ class IMAPServerProtocol(protocol.Protocol):
         try:
             tokens = wire.tokenize(segments)
         except wire.ParseError as exc:
+            close_streams(segments)
             head = segments[0].split(b" ", 1)[0] if segments and isinstance(segments[0], bytes) \
                 else b"*"
             self._reject_line(head, f"Parse error: {exc}")
@@ -529,13 +546,25 @@ class IMAPServerProtocol(protocol.Protocol):
             self._run_next()
             self._resume_input()
 
+    def hold_reading(self, held: bool) -> None:
+        """Stop reading the connection (a streamed literal's store is behind), or read again
+        unless the command queue still holds it (literal_stream.py)."""
+        self._literal_held = held
+        if self.closed:
+            return
+        if held:
+            self.transport.pauseProducing()
+        elif not self._input_paused:
+            self.transport.resumeProducing()
+
     def _resume_input(self) -> None:
         """Read again once the queue has drained to half (see MAX_QUEUED)."""
         if not self._input_paused or self.closed or self._compress_hold \
                 or len(self._queue) >= MAX_QUEUED // 2:
             return
         self._input_paused = False
-        self.transport.resumeProducing()
+        if not self._literal_held:
+            self.transport.resumeProducing()
         if self._buffer or (self.deflate is not None and self.deflate.pending):
             self.dataReceived(b"")  # what was left unparsed when reading stopped
 
@@ -547,6 +576,9 @@ class IMAPServerProtocol(protocol.Protocol):
         try:
             yield self._execute_command(tokens)
         finally:
+            # Whatever became of the command (BAD before its handler ran, say), a streamed
+            # literal it did not give to the store is removed (literal_stream.py).
+            close_streams(tokens)
             if self._compress_hold and self._is_compress(tokens):
                 self._compress_hold = False  # held since its line was parsed (_enqueue)
                 self._resume_input()
@@ -627,6 +659,15 @@ class _Bytes:
 
     def getvalue(self) -> bytes:
         return b"".join(self.parts)
+
+
+def close_streams(items: list) -> None:
+    """Close the streamed literals among a command's segments or tokens (lists included)."""
+    for item in items:
+        if isinstance(item, list):
+            close_streams(item)
+        elif isinstance(item, StreamedLiteral):
+            item.close()
 
 
 def _literal_announcement(line: bytes) -> tuple[int, bool, bool] | None:
