@@ -193,3 +193,27 @@ def test_streaming_a_big_append_keeps_the_server_small(server):
     c.send(b"\r\n")
     assert c.until_tagged("a")[-1].startswith(b"a OK [APPENDUID")
     assert peak_rss_kib(server.proc.pid) - base < 10 * 1024
+
+
+def test_a_streamed_append_under_compress_deflate_keeps_the_server_small(server):
+    """RFC 4978: under COMPRESS=DEFLATE one read of compressed octets may inflate to many
+    MiB; while the store is behind, what is still compressed stays so.  A 15 MiB message
+    that deflates to almost nothing grows the server by a few MiB, and is stored whole."""
+    import zlib
+    c = login(server)
+    assert c.cmd("z", "COMPRESS DEFLATE")[-1].startswith(b"z OK")
+    out, inflate = zlib.compressobj(9, zlib.DEFLATED, -15), zlib.decompressobj(-15)
+    head = b"Subject: z\r\nContent-Type: application/octet-stream\r\n\r\n"
+    data = head + b"A" * (MAX_MESSAGE - 1024 * 1024 - len(head))
+    reset_peak(server.proc.pid)
+    base = peak_rss_kib(server.proc.pid)
+    wire = out.compress(b"a APPEND INBOX {%d+}\r\n" % len(data) + data + b"\r\n")
+    c.sock.sendall(wire + out.flush(zlib.Z_SYNC_FLUSH))
+    got = b""
+    while b"a OK" not in got and b"a NO" not in got:
+        chunk = c.sock.recv(65536)
+        assert chunk, got
+        got += inflate.decompress(chunk)
+    assert b"a OK [APPENDUID" in got, got
+    assert peak_rss_kib(server.proc.pid) - base < 10 * 1024
+    assert stored(server.data_dir)[1] == 1

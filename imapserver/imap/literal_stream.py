@@ -86,6 +86,7 @@ class StreamedLiteral:
         if self._busy or self._failed or self._closed or self._stored is not None:
             return
         if self._pending_size < HAND_OFF and not self._ended:
+            self._release()
             return
         # At most HAND_OFF octets (and whole pieces) per call: the store holds no more.
         taken = 0

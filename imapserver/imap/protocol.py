@@ -327,10 +327,12 @@ class IMAPServerProtocol(protocol.Protocol):
     def _consume_compressed(self, data: bytes) -> None:
         """Inflate in bounded steps, parsing each before making the next (compress.py)."""
         self.deflate.feed(data)
-        while not self.logged_out and not self._input_paused:
+        while not self.logged_out and not self._input_paused and not self._literal_held:
+            # Held for a streamed literal: what is still compressed stays so (a read of 1 MiB
+            # may inflate to far more), until the store has caught up (hold_reading).
             if self._buffer:
                 self._consume()
-                if self._input_paused or self.logged_out:
+                if self._input_paused or self.logged_out or self._literal_held:
                     return
             chunk = self.deflate.inflate()
             if not chunk:
@@ -339,7 +341,8 @@ class IMAPServerProtocol(protocol.Protocol):
 
     def _consume(self) -> None:
         max_line = self.cfg["imap"]["max_line_length"]
-        while self._buffer and not self.logged_out and not self._input_paused:
+        while self._buffer and not self.logged_out and not self._input_paused \
+                and not self._literal_held:
             if self._literal_left:
                 take = min(self._literal_left, len(self._buffer))
                 if not self._discard_literal:
@@ -556,6 +559,14 @@ class IMAPServerProtocol(protocol.Protocol):
             self.transport.pauseProducing()
         elif not self._input_paused:
             self.transport.resumeProducing()
+            if self._buffer or (self.deflate is not None and self.deflate.pending):
+                # Parsing stopped with input left (see _consume): go on, from the reactor,
+                # not from inside the literal's write that let go.
+                self.server.reactor.callLater(0, self._go_on)
+
+    def _go_on(self) -> None:
+        if not (self.closed or self._literal_held or self._input_paused):
+            self.dataReceived(b"")
 
     def _resume_input(self) -> None:
         """Read again once the queue has drained to half (see MAX_QUEUED)."""
