@@ -393,11 +393,13 @@ def test_one_fetch_of_every_message_mixing_streamed_and_not(wire):
 
 
 @pytest.mark.parametrize("sync", [False, True], ids=["literal+", "synchronizing"])
-@pytest.mark.parametrize("size", [SPOOL_ABOVE, SPOOL_ABOVE + 1], ids=["at-spool", "over-spool"])
+@pytest.mark.parametrize("size", [SPOOL_ABOVE, SPOOL_ABOVE + 1, 5 * SPOOL_ABOVE + 3],
+                         ids=["at-spool", "over-spool", "several-hand-offs"])
 def test_append_at_and_over_the_spool_threshold_then_fetch_is_exact(wire, size, sync):
     """RFC 3501 6.3.11 APPEND and 4.3 literals: the octets of a literal go from the socket
     straight to its sink (not through the line buffer), and one over ``SPOOL_ABOVE`` octets is
-    read 1 MiB at a time (imapserver/imap/protocol.py, issue 14).  The command the client
+    read 1 MiB at a time and stored as it arrives, 1 MiB per store call, reading paused while
+    2 MiB wait (imapserver/imap/literal_stream.py, issue 14).  The command the client
     pipelined behind it in the same write is still parsed, and the message FETCHes back
     byte for byte (through the MOB file of the embedded store)."""
     box = f"lit{size}{'s' if sync else 'p'}"
