@@ -415,7 +415,9 @@ def _commit(db: sqlite3.Connection) -> None:
 
 
 class EmbeddedBackend(Backend):
-    """HBase's data model in ``<data_dir>/store.sqlite3``.
+    """HBase's data model in ``<data_dir>/store.sqlite3``, and the large values of a table's
+    MOB family (``create_table``'s ``mob``: content chunks) in files under ``<data_dir>/mob``
+    (embedded_mob.py, docs/decisions/0028).
 
     ``data_dir`` is created if missing, mode 0700, and the database in it 0600, whatever the
     umask; an existing directory or database that the group or others can reach raises
