@@ -49,6 +49,9 @@ SWEEP_BATCH = 500
 SWEEP_EVERY = 60.0
 """Seconds at least between the sweeps releases make (a scan over HBase is a few round trips:
 not one per expunge)."""
+RECLAIM_EVERY = 3600.0
+"""Seconds at least between the server's walks over the files of large values for those no
+content row refers to (Table.reclaim; decision 0028): a walk lists every such file."""
 
 
 def chunk_column(index: int) -> bytes:
@@ -308,6 +311,7 @@ class ContentStore:
         self.releases = releases
         self.grace = grace
         self._next_sweep = 0.0
+        self._next_reclaim = 0.0
         # Reference drops the backend refused before they reached it (HBase down while a
         # failed APPEND or delivery gave its reference back): replayed by this process when
         # the backend answers again, so the content does not outlive its last message.  Only
@@ -501,6 +505,19 @@ class ContentStore:
             self.table.mutate_rows([Mutation(cid, delete_row=True) for cid in doomed])
         self.releases.mutate_rows([Mutation(key, delete_row=True) for key in records])
         return len(records)
+
+    def reclaim(self, remove: bool = True) -> int:
+        """Free large values no content row refers to any more (Table.reclaim: files a kill
+        or a delete inside a grouped transaction left); return how many (would have) gone."""
+        return self.table.reclaim(remove=remove)
+
+    def reclaim_now_and_then(self) -> int:
+        """:meth:`reclaim`, if RECLAIM_EVERY seconds have passed since this store's last."""
+        now = self.clock()
+        if now < self._next_reclaim:
+            return 0
+        self._next_reclaim = now + RECLAIM_EVERY
+        return self.reclaim()
 
     def pending_releases(self) -> dict[bytes, int]:
         """Content released and not yet deleted: content id -> time of its latest release."""

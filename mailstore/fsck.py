@@ -363,6 +363,12 @@ class Fsck:
                                 self.repair)
         if fixes:
             table.mutate_rows(fixes)
+        # Files of large values whose content row is gone (a kill between a chunk's file write
+        # and its cell, or a delete inside a grouped transaction): decision 0028.
+        lost = store.content.reclaim(remove=self.repair)
+        if lost:
+            self.report.add("content", "large values", f"{lost} file(s) of chunks no content "
+                            "row refers to", self.repair)
         missing = set(self.refs) - {cid for cid, _ in table.rows(list(self.refs), [INFO])}
         for content_id in sorted(missing):
             self.report.add("content", f"content {content_id.hex()}",

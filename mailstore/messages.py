@@ -251,38 +251,23 @@ class Messages:
             if size <= self.content.chunk_size:
                 return self._ingest_whole(bytes(source), refs, max_size)
             source = io.BytesIO(source)
-        stream = source
-        writer = self.content.writer(refs)
-        parser = StructureParser()
-        head = bytearray()
-        head_done = False
+        ingestion = self.ingestion(refs, max_size)
         try:
             while True:
-                piece = stream.read(writer.chunk_size)
+                piece = source.read(ingestion.chunk_size)
                 if not piece:
                     break
-                if max_size is not None and writer.size + len(piece) > max_size:
-                    raise TooLarge(f"message larger than {max_size} bytes")
-                if not head_done:
-                    # Keep bytes only until the header block has ended (or the cap), so a big
-                    # message costs no more than its header here.
-                    head += piece[:HEADER_CAP - len(head)]
-                    end = _header_end(head)
-                    if end is not None or len(head) >= HEADER_CAP:
-                        del head[end or HEADER_CAP:]
-                        head_done = True
-                parser.feed(piece)
-                writer.write(piece)
-            info = parser.close()
-            content_id = writer.commit()
+                ingestion.feed(piece)
+            return ingestion.finish()
         except BaseException:
-            writer.abort()
+            ingestion.abort()
             raise
-        data = info.to_json()
-        # Read back from the store: the streamed octets were not kept (one chunk read at most).
-        preview = self._stored_preview(content_id, writer.size, writer.chunk_size, data)
-        return StoredContent(content_id, writer.size, writer.chunk_size, data,
-                             bytes(head[:info.header_size]), preview)
+
+    def ingestion(self, refs: int = 1, max_size: int | None = None) -> Ingestion:
+        """:meth:`ingest` a piece at a time, for a source that is not a file: a literal
+        being received (imapserver/imap/literal_stream.py).  Nothing refers to the content
+        until the caller's message row does; ``abort`` removes it."""
+        return Ingestion(self, self.content.writer(refs), max_size)
 
     def _stored_preview(self, content_id: bytes, size: int, chunk_size: int,
                         info: dict) -> str | None:
@@ -750,3 +735,55 @@ class Messages:
 
 __all__ = ["COMMITTED", "PREVIEW", "Messages", "MessageView", "StoredContent",
            "canonical_flags"]
+
+
+class Ingestion:
+    """One message streamed into the content table and parsed on the way (Messages.ingest,
+    Messages.ingestion): :meth:`feed` the octets in order, then :meth:`finish`, or
+    :meth:`abort` to remove what was written.  Holds at most a chunk and the header."""
+
+    def __init__(self, messages: Messages, writer, max_size: int | None):
+        self.messages = messages
+        self.writer = writer
+        self.chunk_size = writer.chunk_size
+        self.max_size = max_size
+        self.parser = StructureParser()
+        self.head = bytearray()
+        self.head_done = False
+
+    @property
+    def size(self) -> int:
+        return self.writer.size
+
+    def feed(self, piece: bytes) -> None:
+        """The next octets; TooLarge (nothing is removed: call abort) past ``max_size``."""
+        writer = self.writer
+        if self.max_size is not None and writer.size + len(piece) > self.max_size:
+            raise TooLarge(f"message larger than {self.max_size} bytes")
+        if not self.head_done:
+            # Keep bytes only until the header block has ended (or the cap), so a big
+            # message costs no more than its header here.
+            head = self.head
+            head += piece[:HEADER_CAP - len(head)]
+            end = _header_end(head)
+            if end is not None or len(head) >= HEADER_CAP:
+                del head[end or HEADER_CAP:]
+                self.head_done = True
+        self.parser.feed(piece)
+        writer.write(piece)
+
+    def finish(self) -> StoredContent:
+        """Commit the content (its info written last, decision 0001's order); its summary."""
+        writer = self.writer
+        info = self.parser.close()
+        content_id = writer.commit()
+        data = info.to_json()
+        # Read back from the store: the streamed octets were not kept (one chunk read at most).
+        preview = self.messages._stored_preview(content_id, writer.size, writer.chunk_size,
+                                                data)
+        return StoredContent(content_id, writer.size, writer.chunk_size, data,
+                             bytes(self.head[:info.header_size]), preview)
+
+    def abort(self) -> None:
+        """Remove what was written (never referenced: no grace period is needed)."""
+        self.writer.abort()

@@ -443,9 +443,12 @@ def create_schema(backend: Backend, layout: Layout | None = None) -> list[str]:
 
     Over HBase this is Thrift1's ``createTable``: the family options of ``layout`` apply, its
     pre-splits and MOB do not (see THRIFT_CANNOT)."""
+    layout = layout or Layout()
     return [t.name for t in TABLES
             if backend.create_table(t.name, t.family_options(layout),
-                                    new_keys_descend=t.new_keys_descend)]
+                                    new_keys_descend=t.new_keys_descend,
+                                    mob=(t.mob_family, layout.mob_threshold)
+                                    if t.mob_family else None)]
 
 
 _SHELL_NAMES = {"max_versions": "VERSIONS", "compression": "COMPRESSION",

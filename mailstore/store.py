@@ -35,6 +35,7 @@ from .messages import (
     BODY,
     HEADER,
     SUMMARY,
+    Ingestion,
     Messages,
     MessageView,
     StoredContent,
@@ -505,6 +506,17 @@ class MailStore:
         """Store content once for ``refs`` future message rows (see :meth:`add_stored`)."""
         return self.messages.ingest(source, refs, self.max_message_size)
 
+    def ingestion(self) -> Ingestion:
+        """:meth:`ingest` of one message a piece at a time, as it arrives (an APPEND literal
+        streamed from the socket): feed, then finish, whose StoredContent :meth:`append`
+        takes as its source; or abort.  TooLarge past ``max_message_size``."""
+        return self.messages.ingestion(1, self.max_message_size)
+
+    def discard_ingested(self, stored: StoredContent) -> None:
+        """Remove the content of a finished :meth:`ingestion` that no message took (its
+        APPEND was refused, or its client went): nothing ever referred to it."""
+        self.content.discard(stored.content_id)
+
     @durable
     def append(self, user: str, mailbox_name: str | Mailbox, source, flags: Iterable[str] = (),
                internal_date: float | None = None) -> tuple[int, int]:
@@ -512,9 +524,11 @@ class MailStore:
 
         ``mailbox_name`` is a name of ``user``'s, or a Mailbox of theirs already looked up (an
         IMAP session has it: two reads saved per APPEND).  ``source`` is bytes or a binary
-        file, read in chunks: a large message never sits in memory whole.  Raises NotFound,
-        TooLarge, OverQuota or BackendUnavailable with nothing left behind -- except
-        errors.Unpublished, whose message stays (it becomes visible later).
+        file, read in chunks: a large message never sits in memory whole, or the
+        StoredContent of a finished :meth:`ingestion` (whose reference this call then owns,
+        whatever it raises).  Raises NotFound, TooLarge, OverQuota or BackendUnavailable with
+        nothing left behind -- except errors.Unpublished, whose message stays (it becomes
+        visible later).
         """
         size = known_size(source)
         if size is not None and size > self.max_message_size:
@@ -541,17 +555,30 @@ class MailStore:
             # the message is stored once, in the owner's mailbox, on the owner's quota.
             mailbox = mailbox_name
         else:
-            mailbox = self.mailboxes.get(user, mailbox_name)
+            try:
+                mailbox = self.mailboxes.get(user, mailbox_name)
+            except BaseException:
+                if isinstance(source, StoredContent):  # ours now, and nothing refers to it
+                    self.content.discard(source.content_id)
+                raise
         user = mailbox.owner
-        if size is not None and size <= self.content.chunk_size:
+        if isinstance(source, StoredContent):
+            stored = source  # ingested as it arrived: the quota is checked below, after
+        elif size is not None and size <= self.content.chunk_size:
             stored = self._prepare(mailbox, source, size, credit)
         else:
             # Checked first: content of more than a chunk is not written just to be refused.
             self.check_quota(user, (size or 0) - credit_bytes, 1 - credit_messages)
             stored = self.ingest(source)
-        try:
-            if size is None:
+        if size is None:
+            try:
                 self.check_quota(user, stored.size - credit_bytes, 1 - credit_messages)
+            except BaseException:
+                # No row refers to the content yet: no reader can have reached it, so it
+                # goes at once rather than after a grace period (decision 0011).
+                self.content.discard(stored.content_id)
+                raise
+        try:
             uid = self.add_stored(mailbox, stored, flags, internal_date)
         except Unpublished:
             raise  # the message row holds the content's reference
@@ -748,8 +775,11 @@ class MailStore:
     def sweep_released(self) -> int:
         """Delete content whose grace period after its last expunge is over (a batch of it);
         return how many release records were handled.  Releases sweep as they go; this is for
-        a store gone quiet (the IMAP server calls it now and then)."""
-        return self.content.sweep()
+        a store gone quiet (the IMAP server calls it now and then).  Once an hour it also
+        frees the files of large values no content refers to (decision 0028)."""
+        handled = self.content.sweep()
+        self.content.reclaim_now_and_then()
+        return handled
 
     def store_flags(self, mailbox: Mailbox, uids: Iterable[int], flags: Iterable[str],
                     mode: str = "add", unchanged_since: int | None = None,

@@ -10,8 +10,10 @@ Both sides of every size threshold on the way are covered: the streaming thresho
 (1,048,576 and 1,048,577 octets, and a multi-MB message), the store's content chunk size
 (262,144, the configured default), ``STREAM_HOP`` (the octets a streamed literal reads per
 thread-pool round trip, with the next read in flight while they drain: 1 MiB, so 2 MiB - 1,
-2 MiB and 2 MiB + 1 end inside, at and just past a hop) and the ``CONTENT_BATCH`` of 16
-messages per batch.
+2 MiB and 2 MiB + 1 end inside, at and just past a hop), the ``CONTENT_BATCH`` of 16
+messages per batch, and the MOB threshold of the content table (100 KiB: a chunk over it is
+kept in a file by the embedded store, decision 0028), for a one-chunk message and for the last
+chunk of a longer one (the rest of which is in the file).
 """
 
 from __future__ import annotations
@@ -23,12 +25,15 @@ import ssl
 import pytest
 
 from imapserver.imap.commands.fetch import CONTENT_BATCH, STREAM_ABOVE, STREAM_HOP
+from imapserver.imap.protocol import SPOOL_ABOVE
 from mailstore.content import DEFAULT_CHUNK
+from mailstore.schema import Layout
 from tests.imapproc import Client, ServerProcess, make_users
 from tests.tlscert import make_cert
 
 MIB = 1024 * 1024
 TRANSPORTS = ["plain", "starttls", "imaps"]
+MOB = Layout().mob_threshold
 
 
 def filler(n: int, seed: int) -> bytes:
@@ -77,7 +82,8 @@ def multipart(n: int, first: int, second: int) -> tuple[bytes, bytes, bytes]:
 # Messages, in mailbox order (UID k+1 is MESSAGES[k]).
 SIZES_AROUND = [64 * 1024 - 1, 64 * 1024, 64 * 1024 + 1, DEFAULT_CHUNK - 1, DEFAULT_CHUNK,
                 DEFAULT_CHUNK + 1, 2 * DEFAULT_CHUNK, 2 * DEFAULT_CHUNK + 1, MIB - 1,
-                2 * STREAM_HOP - 1, 2 * STREAM_HOP, 2 * STREAM_HOP + 1, 300, 5000]
+                2 * STREAM_HOP - 1, 2 * STREAM_HOP, 2 * STREAM_HOP + 1, 300, 5000,
+                MOB - 1, MOB, MOB + 1, DEFAULT_CHUNK + MOB, DEFAULT_CHUNK + MOB + 1]
 
 
 def build_messages() -> dict[str, bytes]:
@@ -103,6 +109,7 @@ def test_the_thresholds_are_what_this_file_assumes():
     assert STREAM_ABOVE == MIB
     assert STREAM_HOP == MIB and DEFAULT_CHUNK == 256 * 1024  # a hop is four store chunks
     assert len(NAMES) > CONTENT_BATCH  # FETCH 1:* below spans two content batches
+    assert MOB == 100 * 1024  # a chunk over it goes to a file (embedded store, decision 0028)
     assert len(MESSAGES["at"]) == MIB and len(MESSAGES["over"]) == MIB + 1
     assert len(MESSAGES["text_over.TEXT"]) == MIB + 1 and len(MESSAGES["mixed.1"]) == MIB + 1
 
@@ -383,3 +390,36 @@ def test_one_fetch_of_every_message_mixing_streamed_and_not(wire):
         assert as_int(items[2][1]) == len(MESSAGES[name])
     # The session is still in step: a command after the stream gets its own answer.
     assert wire.command("n", "NOOP")[1] == b"n OK NOOP completed"
+
+
+@pytest.mark.parametrize("sync", [False, True], ids=["literal+", "synchronizing"])
+@pytest.mark.parametrize("size", [SPOOL_ABOVE, SPOOL_ABOVE + 1, 5 * SPOOL_ABOVE + 3],
+                         ids=["at-spool", "over-spool", "several-hand-offs"])
+def test_append_at_and_over_the_spool_threshold_then_fetch_is_exact(wire, size, sync):
+    """RFC 3501 6.3.11 APPEND and 4.3 literals: the octets of a literal go from the socket
+    straight to its sink (not through the line buffer), and one over ``SPOOL_ABOVE`` octets is
+    read 1 MiB at a time and stored as it arrives, 1 MiB per store call, reading paused while
+    2 MiB wait (imapserver/imap/literal_stream.py, issue 14).  The command the client
+    pipelined behind it in the same write is still parsed, and the message FETCHes back
+    byte for byte (through the MOB file of the embedded store)."""
+    box = f"lit{size}{'s' if sync else 'p'}"
+    assert wire.command("c", f"CREATE {box}")[1].startswith(b"c OK")
+    msg = of_size(90 + sync, size)
+    if sync:
+        wire.sock.sendall(b"a APPEND %s {%d}\r\n" % (box.encode(), size))
+        assert wire.line().startswith(b"+ ")
+        wire.sock.sendall(msg + b"\r\nn NOOP\r\n")
+    else:
+        wire.sock.sendall(b"a APPEND %s {%d+}\r\n" % (box.encode(), size) + msg
+                          + b"\r\nn NOOP\r\n")
+    for tag in ("a", "n"):
+        while not (line := wire.response()[-1]).startswith(tag.encode() + b" "):
+            pass
+        assert line.startswith(tag.encode() + b" OK"), line
+    assert wire.command("s", f"SELECT {box}")[1].startswith(b"s OK")
+    fetches, tagged = wire.command("f", "FETCH 1 BODY.PEEK[]")
+    assert tagged == b"f OK FETCH completed"
+    (_seq, [(name, body)]), = fetches
+    assert name == "BODY[]" and same(body, msg)
+    assert wire.command("d", f"DELETE {box}")[1].startswith(b"d OK")
+    assert wire.command("s", "SELECT INBOX")[1].startswith(b"s OK")

@@ -66,9 +66,13 @@ def test_server_creates_a_private_store_whatever_the_umask(tmp_path):
         client = Client(proc.port)
         assert client.cmd("a", "LOGIN pat secret")[-1].startswith(b"a OK")
         assert client.cmd("b", "CREATE Projects")[-1].startswith(b"b OK")
+        # Over the content table's MOB threshold: a chunk file and its directories (0028).
+        big = b"Subject: big\r\n\r\n" + b"x" * 200_000
+        client.send(b"c APPEND INBOX {%d+}\r\n" % len(big) + big + b"\r\n")
+        assert client.until_tagged("c")[-1].startswith(b"c OK")
         client.close()
         names = set(os.listdir(data_dir))
-        assert {"store.sqlite3", "store.sqlite3-wal", "store.sqlite3-shm"} <= names
+        assert {"store.sqlite3", "store.sqlite3-wal", "store.sqlite3-shm", "mob"} <= names
         assert_private(data_dir)
     assert_private(data_dir)
 

@@ -6,7 +6,8 @@ that ends with ``{n}`` announces a synchronizing literal (we answer ``+`` and re
 argument.  Literals over ``max_literal_size`` are refused before they are read (synchronizing)
 or read and discarded (LITERAL+).  A command holds at most ``SPOOL_ABOVE`` octets of literals
 in memory; larger literals, and every literal after that much, are spooled to temporary files,
-so a command of many literals cannot grow the process.  Lines over ``max_line_length`` are
+so a command of many literals cannot grow the process -- except the message of a plain APPEND,
+which is stored as it arrives (literal_stream.py).  Lines over ``max_line_length`` are
 answered with BAD (tagged, when the line began with a tag) and skipped.
 
 Running: commands are parsed as soon as they arrive (clients pipeline), queued, and executed
@@ -50,10 +51,16 @@ from ..observe import (
 from . import wire
 from .compress import Deflate
 from .context import Bad, CommandContext, No, dispatch
+from .literal_stream import StreamedLiteral, streamable
 
 CRLF = b"\r\n"
 SPOOL_ABOVE = 1024 * 1024
 """Literal octets one command may hold in memory; beyond this they go to temporary files."""
+READ_SIZE = 64 * 1024
+"""Octets read from the socket at a time (Twisted's default ``bufferSize``)..."""
+BIG_READ = 1024 * 1024
+"""... and while a literal of more than SPOOL_ABOVE octets arrives: a 50 MB APPEND is read in
+50 reactor turns instead of 763 (each read's buffer is freed when the next is made)."""
 MAX_QUEUED = 100
 """Commands parsed ahead of the running one before the connection stops being read."""
 CLOSE_GRACE = 30.0
@@ -95,6 +102,7 @@ class IMAPServerProtocol(protocol.Protocol):
         self._skipping_line = False
         self._skipped_tag = b"*"
         self._input_paused = False
+        self._literal_held = False  # reading paused for a streamed literal (hold_reading)
         self._output_paused = False
         self._writable_waiters: list[defer.Deferred] = []
         self._held = 0  # octets of the current command's literals held in memory
@@ -149,7 +157,7 @@ class IMAPServerProtocol(protocol.Protocol):
             if call is not None and call.active():
                 call.cancel()
         self._release_writers()
-        self._queue.clear()
+        self._clear_queue()
         self._forget_command()
         sink, self._literal_sink = self._literal_sink, None
         if hasattr(sink, "close"):
@@ -292,6 +300,8 @@ class IMAPServerProtocol(protocol.Protocol):
         self.reset_timeout()
         try:
             if self.deflate is None:
+                if self._literal_left and not self._buffer and not self._input_paused:
+                    data = self._literal_direct(data)
                 self._buffer += data
                 self._consume()
             else:
@@ -302,13 +312,27 @@ class IMAPServerProtocol(protocol.Protocol):
             log.failure("input_failed")  # counted in errors_total
             self.close(b"* BYE Internal error", "error")
 
+    def _literal_direct(self, data: bytes) -> bytes:
+        """Hand the part of ``data`` that belongs to the literal being received straight to
+        its sink, not through the line buffer (which copies it in, out and shifts it: three
+        copies of each octet of a 50 MB APPEND); return the rest, for the parser."""
+        take = min(self._literal_left, len(data))
+        if not self._discard_literal:
+            self._literal_sink.write(data if take == len(data) else data[:take])
+        self._literal_left -= take
+        if self._literal_left == 0:
+            self._finish_literal()
+        return data[take:] if take < len(data) else b""
+
     def _consume_compressed(self, data: bytes) -> None:
         """Inflate in bounded steps, parsing each before making the next (compress.py)."""
         self.deflate.feed(data)
-        while not self.logged_out and not self._input_paused:
+        while not self.logged_out and not self._input_paused and not self._literal_held:
+            # Held for a streamed literal: what is still compressed stays so (a read of 1 MiB
+            # may inflate to far more), until the store has caught up (hold_reading).
             if self._buffer:
                 self._consume()
-                if self._input_paused or self.logged_out:
+                if self._input_paused or self.logged_out or self._literal_held:
                     return
             chunk = self.deflate.inflate()
             if not chunk:
@@ -317,7 +341,8 @@ class IMAPServerProtocol(protocol.Protocol):
 
     def _consume(self) -> None:
         max_line = self.cfg["imap"]["max_line_length"]
-        while self._buffer and not self.logged_out and not self._input_paused:
+        while self._buffer and not self.logged_out and not self._input_paused \
+                and not self._literal_held:
             if self._literal_left:
                 take = min(self._literal_left, len(self._buffer))
                 if not self._discard_literal:
@@ -365,6 +390,7 @@ class IMAPServerProtocol(protocol.Protocol):
             self._command_octets = 0
             if self._discard_literal:
                 self._discard_literal = False
+                close_streams(segments)
                 return  # the command was already refused when its literal was
             self._enqueue(segments)
             return
@@ -388,7 +414,12 @@ class IMAPServerProtocol(protocol.Protocol):
                 self._finish_literal()
             return
         if self._held + size > SPOOL_ABOVE:
-            self._literal_sink = tempfile.TemporaryFile()
+            if size > SPOOL_ABOVE and streamable(self, line, len(self._segments) == 1):
+                self._literal_sink = StreamedLiteral(self, size)  # stored as it arrives
+            else:
+                self._literal_sink = tempfile.TemporaryFile()
+            if size > SPOOL_ABOVE:
+                self._read_size(BIG_READ)
         else:
             self._literal_sink = _Bytes()
             self._held += size
@@ -398,13 +429,23 @@ class IMAPServerProtocol(protocol.Protocol):
         if size == 0:
             self._finish_literal()
 
+    def _read_size(self, size: int) -> None:
+        """How many octets the socket is read by at a time (Twisted's ``bufferSize``; over
+        TLS, that of the TCP transport underneath), as no_delay finds it."""
+        for candidate in (self.transport, getattr(self.transport, "transport", None)):
+            if isinstance(getattr(candidate, "bufferSize", None), int):
+                candidate.bufferSize = size
+
     def _finish_literal(self) -> None:
+        self._read_size(READ_SIZE)
         if self._discard_literal:
             self._segments.append(b"")
             return
         sink, self._literal_sink = self._literal_sink, None
         value = sink.getvalue() if isinstance(sink, _Bytes) else sink
-        if not isinstance(value, bytes):
+        if isinstance(value, StreamedLiteral):
+            value.end()
+        elif not isinstance(value, bytes):
             value.seek(0)
         self._segments.append(value)
 
@@ -424,6 +465,13 @@ class IMAPServerProtocol(protocol.Protocol):
         in the clear before the TLS handshake must not run inside the TLS session."""
         self._buffer.clear()
         self._forget_command()
+        self._clear_queue()
+
+    def _clear_queue(self) -> None:
+        """Drop the commands not run yet, removing what their streamed literals stored."""
+        for tokens in self._queue:
+            if isinstance(tokens, list):
+                close_streams(tokens)
         self._queue.clear()
 
     def _reject_line(self, tag: bytes, reason: str) -> None:
@@ -436,6 +484,7 @@ class IMAPServerProtocol(protocol.Protocol):
         try:
             tokens = wire.tokenize(segments)
         except wire.ParseError as exc:
+            close_streams(segments)
             head = segments[0].split(b" ", 1)[0] if segments and isinstance(segments[0], bytes) \
                 else b"*"
             self._reject_line(head, f"Parse error: {exc}")
@@ -500,13 +549,33 @@ class IMAPServerProtocol(protocol.Protocol):
             self._run_next()
             self._resume_input()
 
+    def hold_reading(self, held: bool) -> None:
+        """Stop reading the connection (a streamed literal's store is behind), or read again
+        unless the command queue still holds it (literal_stream.py)."""
+        self._literal_held = held
+        if self.closed:
+            return
+        if held:
+            self.transport.pauseProducing()
+        elif not self._input_paused:
+            self.transport.resumeProducing()
+            if self._buffer or (self.deflate is not None and self.deflate.pending):
+                # Parsing stopped with input left (see _consume): go on, from the reactor,
+                # not from inside the literal's write that let go.
+                self.server.reactor.callLater(0, self._go_on)
+
+    def _go_on(self) -> None:
+        if not (self.closed or self._literal_held or self._input_paused):
+            self.dataReceived(b"")
+
     def _resume_input(self) -> None:
         """Read again once the queue has drained to half (see MAX_QUEUED)."""
         if not self._input_paused or self.closed or self._compress_hold \
                 or len(self._queue) >= MAX_QUEUED // 2:
             return
         self._input_paused = False
-        self.transport.resumeProducing()
+        if not self._literal_held:
+            self.transport.resumeProducing()
         if self._buffer or (self.deflate is not None and self.deflate.pending):
             self.dataReceived(b"")  # what was left unparsed when reading stopped
 
@@ -518,6 +587,9 @@ class IMAPServerProtocol(protocol.Protocol):
         try:
             yield self._execute_command(tokens)
         finally:
+            # Whatever became of the command (BAD before its handler ran, say), a streamed
+            # literal it did not give to the store is removed (literal_stream.py).
+            close_streams(tokens)
             if self._compress_hold and self._is_compress(tokens):
                 self._compress_hold = False  # held since its line was parsed (_enqueue)
                 self._resume_input()
@@ -598,6 +670,15 @@ class _Bytes:
 
     def getvalue(self) -> bytes:
         return b"".join(self.parts)
+
+
+def close_streams(items: list) -> None:
+    """Close the streamed literals among a command's segments or tokens (lists included)."""
+    for item in items:
+        if isinstance(item, list):
+            close_streams(item)
+        elif isinstance(item, StreamedLiteral):
+            item.close()
 
 
 def _literal_announcement(line: bytes) -> tuple[int, bool, bool] | None:

@@ -124,6 +124,14 @@ class Table(abc.ABC):
         off housekeeping that the completing put then does once.  By default :meth:`put`."""
         self.put(row, data)
 
+    def reclaim(self, min_age: float = 600.0, remove: bool = True) -> int:
+        """Free the space of large values (see ``mob`` in :meth:`Backend.create_table`) whose
+        row has no cell left and that nothing has written for ``min_age`` seconds (left by a
+        kill, or by rows deleted inside a grouped transaction), as HBase's MOB cleaner does;
+        return how many files or objects were freed (with ``remove`` false: would be).
+        Nothing a caller reads changes.  By default there is nothing to free."""
+        return 0
+
     @abc.abstractmethod
     def rows(self, rows: Sequence[bytes], columns: Columns = None) -> list[tuple[bytes, Row]]:
         """Fetch many rows in one round trip.
@@ -310,12 +318,18 @@ class Backend(abc.ABC):
 
     @abc.abstractmethod
     def create_table(self, name: str, families: Mapping[str, Mapping[str, object]], *,
-                     new_keys_descend: bool = False) -> bool:
+                     new_keys_descend: bool = False,
+                     mob: tuple[str, int] | None = None) -> bool:
         """Create a table with the given column families; return False if it already existed.
 
         ``new_keys_descend`` says that new rows mostly get keys below the existing ones (the
         message table's keys count down).  A backend whose write cost depends on where a new
         row lands may lay the table out for that; nothing a caller reads may change.
+
+        ``mob`` is (family, threshold): that family's values over ``threshold`` octets are
+        large objects (HBase's MOB: message content chunks).  A backend MAY keep them apart
+        from the other cells, also in a table that already existed; nothing a caller reads may
+        change.  Such a family's values SHOULD NOT be compared by :meth:`Table.check_and_put`.
         """
 
     @abc.abstractmethod

@@ -415,7 +415,9 @@ def _commit(db: sqlite3.Connection) -> None:
 
 
 class EmbeddedBackend(Backend):
-    """HBase's data model in ``<data_dir>/store.sqlite3``.
+    """HBase's data model in ``<data_dir>/store.sqlite3``, and the large values of a table's
+    MOB family (``create_table``'s ``mob``: content chunks) in files under ``<data_dir>/mob``
+    (embedded_mob.py, docs/decisions/0028).
 
     ``data_dir`` is created if missing, mode 0700, and the database in it 0600, whatever the
     umask; an existing directory or database that the group or others can reach raises
@@ -452,11 +454,20 @@ class EmbeddedBackend(Backend):
         self._sync_done = 0
         # Groups of this process take this lock around their transaction (see grouped()).
         self._gate = threading.Lock()
+        from .embedded_mob import DirtyFiles
+        # Large values of MOB families live in files here (embedded_mob.py, decision 0028).
+        self.mob_root = os.path.join(data_dir, "mob")
+        self.mob_dirty = DirtyFiles()
+        self._mob_specs: dict[str, tuple[bytes, int, bytes]] | None = None
         # The first connection is made immediately so that a bad path or a locked file is
         # reported at start-up, not at the first mail.
         db = self._db()
         db.execute("CREATE TABLE IF NOT EXISTS _families (tbl TEXT, family TEXT, options TEXT, "
                    "PRIMARY KEY (tbl, family)) WITHOUT ROWID")
+        # The tables whose family keeps large values in files, with that family, its
+        # threshold and the secret its references carry (embedded_mob.py).
+        db.execute("CREATE TABLE IF NOT EXISTS _mob (tbl TEXT PRIMARY KEY, family BLOB NOT NULL, "
+                   "threshold INTEGER NOT NULL, secret BLOB NOT NULL)")
 
     def _db(self) -> sqlite3.Connection:
         # sqlite3 connections must not be shared between threads; each thread gets its own.
@@ -552,7 +563,17 @@ class EmbeddedBackend(Backend):
         return _Guarded(db)
 
     def table(self, name: str) -> Table:
-        return EmbeddedTable(self, name)
+        spec = self._mob_spec(name)
+        if spec is None:
+            return EmbeddedTable(self, name)
+        return _mob_class()(self, name, spec)
+
+    def _mob_spec(self, name: str) -> tuple[bytes, int, bytes] | None:
+        specs = self._mob_specs
+        if specs is None:
+            cur = self._read("SELECT tbl, family, threshold, secret FROM _mob", [])
+            specs = self._mob_specs = {tbl: (fam, thr, sec) for tbl, fam, thr, sec in cur}
+        return specs.get(name)
 
     def increment_rows(self, increments: Sequence[tuple[str, bytes, Mapping[bytes, int]]]
                        ) -> None:
@@ -637,6 +658,8 @@ class EmbeddedBackend(Backend):
                 return
             with self._sync_state:
                 covered = self._sync_requested
+            # The large values first: a reference the log makes durable must not outlive them.
+            self.mob_dirty.sync()
             self._fsync_log()
             self._sync_done = covered
 
@@ -659,9 +682,26 @@ class EmbeddedBackend(Backend):
             os.close(fd)
 
     def create_table(self, name: str, families: Mapping[str, Mapping[str, object]], *,
-                     new_keys_descend: bool = False) -> bool:
+                     new_keys_descend: bool = False,
+                     mob: tuple[str, int] | None = None) -> bool:
         if not name.replace("_", "").isalnum():
             raise ValueError(f"bad table name {name!r}")
+        created = self._create_table(name, families, new_keys_descend)
+        if mob is not None and (self._mob_spec(name) or ())[:2] != (
+                mob[0].encode().rstrip(b":"), int(mob[1])):
+            # Also for a table made before (an existing store takes MOB on; its values stay
+            # where they are, new ones go by the threshold).  The secret is kept once made.
+            family, threshold = mob
+            with self._write() as db:
+                db.execute("INSERT INTO _mob VALUES (?, ?, ?, ?) ON CONFLICT (tbl) DO UPDATE "
+                           "SET family = excluded.family, threshold = excluded.threshold",
+                           (name, family.encode().rstrip(b":"), int(threshold),
+                            os.urandom(16)))
+            self._mob_specs = None
+        return created
+
+    def _create_table(self, name: str, families: Mapping[str, Mapping[str, object]],
+                      new_keys_descend: bool) -> bool:
         import json
         # A table whose new keys descend is kept in descending key order: a new row then
         # lands at the end of its run of keys instead of at the start.  SQLite fills B-tree
@@ -700,9 +740,15 @@ class EmbeddedBackend(Backend):
         return {fam: json.loads(opts) for fam, opts in cur}
 
     def delete_table(self, name: str) -> None:
+        table = self.table(name)
         with self._write() as db:
             db.execute(f'DROP TABLE IF EXISTS "t_{name}"')
             db.execute("DELETE FROM _families WHERE tbl = ?", (name,))
+            db.execute("DELETE FROM _mob WHERE tbl = ?", (name,))
+        self._mob_specs = None
+        files = getattr(table, "files", None)
+        if files is not None:
+            files.drop()
 
     def release_thread(self) -> None:
         """Close this thread's connection (a thread that is about to end: a server thread
@@ -729,6 +775,18 @@ class EmbeddedBackend(Backend):
                     pass
             self._all.clear()
         self._local = threading.local()
+
+
+_MOB_CLASS: type | None = None
+
+
+def _mob_class() -> type:
+    """EmbeddedTable with large values in files (embedded_mob.py), made once."""
+    global _MOB_CLASS
+    if _MOB_CLASS is None:
+        from .embedded_mob import mob_table
+        _MOB_CLASS = mob_table(EmbeddedTable)
+    return _MOB_CLASS
 
 
 class _Group:

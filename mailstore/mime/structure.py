@@ -80,6 +80,13 @@ class _Frame:
         self.default_rfc822 = default_rfc822
 
 
+def _count_lf(data: bytes) -> int:
+    """The line feeds in ``data``.  ``bytes.count`` of one octet walks it octet by octet;
+    ``replace`` finds them with memchr: 50 MB in 9 ms instead of 41 (issue 14), for one
+    transient copy of a chunk."""
+    return len(data) - len(data.replace(b"\n", b""))
+
+
 class StructureParser:
     """Incremental parser: :meth:`feed` it the message in chunks, then :meth:`close` it.
 
@@ -119,6 +126,15 @@ class StructureParser:
         if not data:
             return
         buf = self._buf
+        if not buf and not self._nactive and not self._midline and isinstance(data, bytes) \
+                and not self._stack[-1].in_header:
+            # A body no boundary can end (one-part mail, the bulk of a big one): only its
+            # lines are counted, as _run would, without copying the chunk into the buffer.
+            self._nl += _count_lf(data)
+            self._last = data[-1]
+            self._base += len(data)
+            self._scan = 0
+            return
         buf += data
         pos = self._run(buf)
         if pos:

@@ -31,6 +31,7 @@ from mailstore.messages import canonical_flags
 
 from ..catenate import Catenate, build_message, parse_catenate
 from ..context import AUTH, SELECTED, Bad, No, command
+from ..literal_stream import StreamedLiteral
 from ..names import decode_name
 from ..notify_session import note_own
 from ..rev2 import utf8_accept, utf8_names
@@ -219,8 +220,9 @@ def assemble(ctx, message, check_quota: bool = True):
 
 
 def _message(token) -> bool:
-    """Whether ``token`` is a message: a literal, in memory or spooled to a file."""
-    return isinstance(token, Literal) or hasattr(token, "read")
+    """Whether ``token`` is a message: a literal, in memory, spooled to a file or stored as it
+    arrived (literal_stream.py)."""
+    return isinstance(token, (Literal, StreamedLiteral)) or hasattr(token, "read")
 
 
 def _writable(ctx, need: str = ""):
@@ -255,6 +257,8 @@ def append(ctx):
                 built.append(assemble(ctx, message))
             for (flags, date, _message), source in zip(messages, built, strict=True):
                 flags = allowed_flags(flags, rights)
+                if isinstance(source, StreamedLiteral):
+                    source = source.take()  # stored already; append owns it from here
                 _validity, uid = ctx.store.append(user, mailbox, source, flags, date)
                 uids.append(uid)
         except BaseException:
@@ -269,6 +273,9 @@ def append(ctx):
     try:
         while args:
             messages.append(take_append_message(args, "APPEND", ctx.session))
+        for _flags, _date, message in messages:
+            if isinstance(message, StreamedLiteral):
+                yield message.ready()  # its last octets are being stored
         mailbox, uids = yield ctx.call(run)
     finally:
         # Spooled literals are closed whatever became of the command (BAD arguments too).
