@@ -206,6 +206,10 @@ class MailStore:
     def authenticate(self, name: str, password: str) -> str | None:
         return self.users.authenticate(name, password)
 
+    def authenticate_cached(self, name: str, password: str) -> str | None:
+        """:meth:`authenticate` if verified lately, else None (a miss, not a refusal)."""
+        return self.users.authenticate_cached(name, password)
+
     def user(self, name: str) -> User:
         return self.users.get(name)
 
