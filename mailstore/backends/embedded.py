@@ -374,41 +374,29 @@ def _returned(deltas: Mapping[bytes, int], returning: Collection[bytes]) -> froz
 
 
 class _WriteTxn:
-    """One call's write transaction, under the process's writer lock; inside a group (already
-    in a transaction, the lock held) a savepoint, so that a failing call still undoes only
-    itself."""
+    """One call's write transaction; inside a group (already in a transaction) a savepoint,
+    so that a failing call still undoes only itself."""
 
-    def __init__(self, backend: EmbeddedBackend, db: sqlite3.Connection):
-        self.backend = backend
+    def __init__(self, db: sqlite3.Connection):
         self.db = db
         self.nested = False
 
     def __enter__(self) -> sqlite3.Connection:
         self.nested = self.db.in_transaction
-        if self.nested:
-            self.db.execute("SAVEPOINT call")
-            return self.db
-        self.backend._take_writer()
-        try:
-            self.db.execute("BEGIN IMMEDIATE")
-        except BaseException:
-            self.backend._writer.release()
-            raise
+        self.db.execute("SAVEPOINT call" if self.nested else "BEGIN IMMEDIATE")
         return self.db
 
     def __exit__(self, exc_type, exc, tb) -> None:
-        if self.nested:
-            if exc_type is not None:
-                self.db.execute("ROLLBACK TO call")
-            self.db.execute("RELEASE call")
-            return
-        try:
-            if exc_type is None:
-                _commit(self.db)
+        if exc_type is None:
+            if self.nested:
+                self.db.execute("RELEASE call")
             else:
-                self.db.execute("ROLLBACK")
-        finally:
-            self.backend._writer.release()
+                _commit(self.db)
+        elif self.nested:
+            self.db.execute("ROLLBACK TO call")
+            self.db.execute("RELEASE call")
+        else:
+            self.db.execute("ROLLBACK")
 
 
 def _commit(db: sqlite3.Connection) -> None:
@@ -462,13 +450,6 @@ class EmbeddedBackend(Backend):
         self._sync_lock = threading.Lock()
         self._sync_requested = 0
         self._sync_done = 0
-        # Writers of this process queue here before SQLite's write lock.  Without it, threads
-        # that find the database locked wait in SQLite's busy handler, which polls with sleeps
-        # of 1, 2, 5, 10 ... 100 ms: a write lock held 0.2 ms cost the threads behind it tens
-        # of milliseconds (APPEND/STORE/EXPUNGE p50 50-230 ms under 20-50 clients,
-        # bench/RESULTS.md, issue 14).  A lock hands over at once.  Other processes still
-        # meet SQLite's lock and its busy handler.  Reentrant: a group's calls take it again.
-        self._writer = threading.RLock()
         # The first connection is made immediately so that a bad path or a locked file is
         # reported at start-up, not at the first mail.
         db = self._db()
@@ -523,21 +504,12 @@ class EmbeddedBackend(Backend):
             raise WriteRefused("a write inside reads_only()")
 
     def _single(self, sql: str, params: Sequence[object]) -> sqlite3.Cursor:
-        """Run one writing statement in its own implicit transaction (atomic on its own)."""
+        """Run one statement in its own implicit transaction (atomic on its own)."""
         self._refuse_writes()
-        db = self._conn()
-        self._take_writer()
         try:
-            return db.execute(sql, params)
+            return self._conn().execute(sql, params)
         except sqlite3.OperationalError as exc:
             raise BackendUnavailable(f"embedded store: {exc}") from exc
-        finally:
-            self._writer.release()
-
-    def _take_writer(self) -> None:
-        """Take the writer lock, waiting at most ``busy_timeout`` as SQLite would."""
-        if not self._writer.acquire(timeout=self.busy_timeout):
-            raise BackendUnavailable("embedded store: database is locked (writer lock)")
 
     def _read(self, sql: str, params: Sequence[object]) -> sqlite3.Cursor:
         try:
@@ -565,7 +537,7 @@ class EmbeddedBackend(Backend):
 
     def _write(self) -> _Guarded:
         self._refuse_writes()
-        return _Guarded(self, self._conn())
+        return _Guarded(self._conn())
 
     def _locked(self):
         """The connection under the write lock for a read-then-write: the group's transaction
@@ -575,7 +547,7 @@ class EmbeddedBackend(Backend):
         db = self._conn()
         if db.in_transaction:
             return contextlib.nullcontext(db)
-        return _Guarded(self, db)
+        return _Guarded(db)
 
     def table(self, name: str) -> Table:
         return EmbeddedTable(self, name)
@@ -601,10 +573,7 @@ class EmbeddedBackend(Backend):
         local = self._local
         if getattr(local, "group", 0) and not local.flushed:
             local.flushed = True
-            try:
-                self._end(self._db(), "COMMIT")
-            finally:
-                self._writer.release()
+            self._end(self._db(), "COMMIT")
 
     def _begin(self, db: sqlite3.Connection) -> None:
         self._refuse_writes()
@@ -754,13 +723,7 @@ class _Group:
             local.group += 1  # joins the enclosing group
             return
         self.db = self.backend._db()
-        self.backend._refuse_writes()
-        self.backend._take_writer()
-        try:
-            self.backend._begin(self.db)
-        except BaseException:
-            self.backend._writer.release()
-            raise
+        self.backend._begin(self.db)
         local.group, local.flushed = 1, False
 
     def __exit__(self, exc_type, exc, tb) -> None:
@@ -770,10 +733,7 @@ class _Group:
             return
         local.group = 0
         if not local.flushed:
-            try:
-                self.backend._end(self.db, "COMMIT" if exc_type is None else "ROLLBACK")
-            finally:
-                self.backend._writer.release()
+            self.backend._end(self.db, "COMMIT" if exc_type is None else "ROLLBACK")
 
 
 class _Guarded(_WriteTxn):
