@@ -6,8 +6,10 @@ rows costs one row per message: about half a second at 100,000 messages.  Instea
 decisions/0009-change-log-and-checkpoints.md):
 
 * A :class:`MailboxIndex` holds the UIDs, the unseen UIDs, those with \\Deleted, \\Flagged,
-  \\Answered or \\Draft, and the keywords in use, valid as of two marks: the UID watermark
-  and the change-log watermark it was read at.
+  \\Answered or \\Draft, the UIDs carrying each keyword, the keywords in use and each
+  message's MODSEQ, valid as of two marks: the UID watermark and the change-log watermark it
+  was read at.  That is every stored flag of every message, so a FETCH of FLAGS, UID and
+  MODSEQ is answered from it without a row read (RFC 3501 6.4.5, RFC 7162 3.1.4.2).
 * It is brought up to date from those marks by a :class:`Delta`: one bounded scan of the UIDs
   above the old watermark, plus the rows of the UIDs the change log names since the old log
   mark.  The cost is that of the change, not of the mailbox.
@@ -24,9 +26,11 @@ log, a checkpoint that does not decode), and may be deleted at any time.
 
 from __future__ import annotations
 
+import base64
 import bisect
 import json
 import threading
+import zlib
 from array import array
 from collections import OrderedDict
 from collections.abc import Sequence
@@ -49,7 +53,11 @@ TRACKED = ("\\Deleted", "\\Flagged", "\\Answered", "\\Draft")
 """System flags whose UIDs an index keeps (besides the unseen ones): EXPUNGE needs \\Deleted,
 and SEARCH on any system flag is then answered without reading rows."""
 FLAG_CELLS = {flag: b"k:" + flag[1:].lower().encode() for flag in TRACKED}
-CHECKPOINT_VERSION = 2
+MODSEQS = b"k:modseqs"
+TAGGED = b"k:tagged"
+CHECKPOINT_VERSION = 3
+"""3: per-message MODSEQs and keywords (k:modseqs, k:tagged); an older checkpoint does not
+decode, and the index is rebuilt from the rows once."""
 CHECKPOINT_EVERY = 1000
 """Delivery refreshes a mailbox's checkpoint each time a UID is a multiple of this."""
 SMALL_CHANGE = 64
@@ -81,6 +89,19 @@ class Delta:
     @property
     def size(self) -> int:
         return len(self.new) + len(self.changed) + len(self.gone)
+
+
+def remove_parallel(uids: array, values: array, gone: set[int]) -> tuple[array, array]:
+    """:func:`remove_sorted` for ``uids`` and an array of one value per UID (same positions)."""
+    if len(gone) > SMALL_CHANGE:
+        kept = [(u, v) for u, v in zip(uids, values, strict=True) if u not in gone]
+        return array("Q", (u for u, _ in kept)), array("Q", (v for _, v in kept))
+    for uid in gone:
+        i = bisect.bisect_left(uids, uid)
+        if i < len(uids) and uids[i] == uid:
+            del uids[i]
+            del values[i]
+    return uids, values
 
 
 def remove_sorted(uids: array, gone: set[int]) -> array:
@@ -159,17 +180,24 @@ class UidSet:
 
 
 class MailboxIndex:
-    """UIDs (ascending), the unseen UIDs and those with each of the ``TRACKED`` system flags,
-    and the keywords in use, as of ``marks``."""
+    """UIDs (ascending) with each one's MODSEQ, the unseen UIDs and those with each of the
+    ``TRACKED`` system flags, the UIDs carrying each keyword, and the keywords in use (a
+    superset of those carried: a keyword once announced stays in use), as of ``marks``."""
 
     def __init__(self, marks: Marks, uids: array | None = None, unseen: UidSet | None = None,
-                 flagged: dict[str, UidSet] | None = None, keywords: set[str] | None = None):
+                 flagged: dict[str, UidSet] | None = None, keywords: set[str] | None = None,
+                 modseqs: array | None = None, tagged: dict[str, UidSet] | None = None):
         self.marks = marks
         self.uids = uids if uids is not None else array("Q")
+        # MODSEQ of the message at the same position (a message's flag cell carries its
+        # MODSEQ: written with the row at append/copy, raised by each flag change).
+        self.modseqs = modseqs if modseqs is not None else array("Q", bytes(8 * len(self.uids)))
         self.unseen = unseen if unseen is not None else UidSet()
         flagged = flagged or {}
         self.flagged = {flag: flagged.get(flag) or UidSet() for flag in TRACKED}
+        self.tagged: dict[str, UidSet] = tagged if tagged is not None else {}
         self.keywords = keywords if keywords is not None else set()
+        self.keywords.update(self.tagged)
 
     @property
     def deleted(self) -> UidSet:
@@ -178,7 +206,8 @@ class MailboxIndex:
     def copy(self) -> MailboxIndex:
         return MailboxIndex(self.marks, array("Q", self.uids), self.unseen.copy(),
                             {flag: uids.copy() for flag, uids in self.flagged.items()},
-                            set(self.keywords))
+                            set(self.keywords), array("Q", self.modseqs),
+                            {kw: uids.copy() for kw, uids in self.tagged.items() if uids})
 
     def seq_of(self, uid: int) -> int | None:
         i = bisect.bisect_left(self.uids, uid)
@@ -191,20 +220,37 @@ class MailboxIndex:
 
     def note_flags(self, uid: int, flags: Flags) -> None:
         """Record a message's current flags (its UID must be in the list)."""
+        i = bisect.bisect_left(self.uids, uid)
+        if i < len(self.uids) and self.uids[i] == uid:
+            self.modseqs[i] = flags.modseq
         if flags.seen:
             self.unseen.discard(uid)
         else:
             self.unseen.add(uid)
+        names = flags.names
         for flag, uids in self.flagged.items():
-            if flag in flags.names:
+            if flag in names:
                 uids.add(uid)
             else:
                 uids.discard(uid)
-        self.keywords.update(f for f in flags.names if not f.startswith("\\"))
+        for keyword, uids in self.tagged.items():
+            if keyword not in names:
+                uids.discard(uid)
+        for name in names:
+            if not name.startswith("\\"):
+                self._tag(name, uid)
+
+    def _tag(self, keyword: str, uid: int) -> None:
+        uids = self.tagged.get(keyword)
+        if uids is None:
+            uids = self.tagged[keyword] = UidSet()
+        uids.add(uid)
+        self.keywords.add(keyword)
 
     def add(self, uid: int, flags: Flags) -> None:
         """Append a new message (its UID above every UID in the list)."""
         self.uids.append(uid)
+        self.modseqs.append(flags.modseq)
         # Above every UID, so in no set yet: only the sets it joins change (a checkpoint
         # refresh adds a thousand at a time; note_flags' discards were half its work).
         if not flags.seen:
@@ -213,15 +259,50 @@ class MailboxIndex:
             for flag, uids in self.flagged.items():
                 if flag in flags.names:
                     uids.add(uid)
-            self.keywords.update(f for f in flags.names if not f.startswith("\\"))
+            for name in flags.names:
+                if not name.startswith("\\"):
+                    self._tag(name, uid)
 
     def remove(self, gone: set[int]) -> None:
         if not gone:
             return
-        self.uids = remove_sorted(self.uids, gone)
+        self.uids, self.modseqs = remove_parallel(self.uids, self.modseqs, gone)
         self.unseen.difference_update(gone)
         for uids in self.flagged.values():
             uids.difference_update(gone)
+        for uids in self.tagged.values():
+            uids.difference_update(gone)
+
+    def flags_of(self, uids: Sequence[int]) -> list[tuple[int, int, frozenset[str], int]]:
+        """(sequence number, UID, stored flags, MODSEQ) of each of ``uids`` in the list, in
+        the order given (those not in it left out): what a FETCH of FLAGS and MODSEQ shows
+        (RFC 3501 7.4.2, RFC 7162 3.1.4.2), from the index alone."""
+        members: dict[int, list[str]] = {}
+        named = [*self.flagged.items(), *self.tagged.items()]
+        if len(uids) * 16 < sum(len(s) for _, s in named):
+            for uid in uids:  # few messages of a big index: look each one up
+                members[uid] = [flag for flag, s in named if uid in s]
+        else:
+            wanted = set(uids)
+            for flag, s in named:
+                for uid in s:
+                    if uid in wanted:
+                        members.setdefault(uid, []).append(flag)
+        unseen = self.unseen
+        if len(uids) * 16 >= len(unseen):
+            unseen = set(unseen)  # one pass, then cheaper lookups than bisection
+        out = []
+        all_uids, modseqs = self.uids, self.modseqs
+        n = len(all_uids)
+        for uid in uids:
+            i = bisect.bisect_left(all_uids, uid)
+            if i == n or all_uids[i] != uid:
+                continue
+            names = members.get(uid, [])
+            if uid not in unseen:
+                names = [*names, "\\Seen"]
+            out.append((i + 1, uid, _interned(names), modseqs[i]))
+        return out
 
     def apply(self, delta: Delta) -> None:
         self.remove(delta.gone)
@@ -244,7 +325,11 @@ class MailboxIndex:
                 "visible": self.marks.visible, "logmark": self.marks.logmark,
                 "count": len(self.uids), "keywords": sorted(self.keywords)}
         cells = {META: json.dumps(meta).encode(), UIDS: pack_uids(self.uids),
-                 UNSEEN: pack_uids(self.unseen)}
+                 UNSEEN: pack_uids(self.unseen),
+                 MODSEQS: zlib.compress(self.modseqs.tobytes(), 1),
+                 TAGGED: json.dumps({kw: base64.b64encode(pack_uids(uids)).decode()
+                                     for kw, uids in sorted(self.tagged.items()) if uids
+                                     }).encode()}
         cells.update({FLAG_CELLS[flag]: pack_uids(uids) for flag, uids in self.flagged.items()})
         return cells
 
@@ -256,15 +341,34 @@ class MailboxIndex:
             if meta.get("v") != CHECKPOINT_VERSION:
                 return None
             uids = unpack_uids(row.get(UIDS, b""))
-            if len(uids) != meta["count"]:
+            modseqs = array("Q")
+            modseqs.frombytes(zlib.decompress(row[MODSEQS]))
+            if len(uids) != meta["count"] or len(modseqs) != len(uids):
                 return None
             flagged = {flag: UidSet._wrap(unpack_uids(row.get(cell, b"")))
                        for flag, cell in FLAG_CELLS.items()}
+            tagged = {kw: UidSet._wrap(unpack_uids(base64.b64decode(packed)))
+                      for kw, packed in json.loads(row[TAGGED]).items()}
             return cls(Marks(meta["modseq"], meta["visible"], meta["logmark"]), uids,
                        UidSet._wrap(unpack_uids(row.get(UNSEEN, b""))), flagged,
-                       set(meta["keywords"]))
-        except (KeyError, ValueError, TypeError):
+                       set(meta["keywords"]), modseqs, tagged)
+        except (KeyError, ValueError, TypeError, AttributeError, zlib.error):
             return None
+
+
+_FLAG_SETS: dict[tuple[str, ...], frozenset[str]] = {}
+
+
+def _interned(names: list[str]) -> frozenset[str]:
+    """``names`` as a frozenset shared with every other message with the same flags (a
+    mailbox holds few distinct flag sets; renderers cache by them)."""
+    key = tuple(names)
+    found = _FLAG_SETS.get(key)
+    if found is None:
+        if len(_FLAG_SETS) > 4096:
+            _FLAG_SETS.clear()
+        found = _FLAG_SETS[key] = frozenset(names)
+    return found
 
 
 def _not_behind(a: Marks, b: Marks) -> bool:
@@ -415,7 +519,7 @@ class Indexes:
 
     def load_checkpoint(self, mailbox_id: bytes) -> MailboxIndex | None:
         row = self.table.row(keys.checkpoint_key(mailbox_id),
-                             [META, UIDS, UNSEEN, *FLAG_CELLS.values()])
+                             [META, UIDS, UNSEEN, MODSEQS, TAGGED, *FLAG_CELLS.values()])
         index = MailboxIndex.decode(row) if row else None
         if index is not None:
             self._note_stored(mailbox_id, index.marks)

@@ -259,8 +259,9 @@ CHANGES = TableDef(
         "l": "l:e = log entry: state byte (P pending, C closed, S settled by a reader, X void) "
              "+ 8-byte time in ms + the UIDs touched (zlib of delta-encoded 8-byte integers)",
         "k": "checkpoint: k:meta (JSON: the marks it is valid at, counts, keywords), k:uids, "
-             "k:unseen, k:deleted, k:flagged, k:answered, k:draft (zlib of delta-encoded UIDs); "
-             "written as one row put",
+             "k:unseen, k:deleted, k:flagged, k:answered, k:draft (zlib of delta-encoded UIDs), "
+             "k:tagged (JSON: keyword -> base64 of the same), k:modseqs (zlib of one 8-byte "
+             "MODSEQ per UID, in k:uids' order); written as one row put",
     },
     access="entries put by check-and-put before and after each flag change or expunge; a "
            "bounded scan of the entries since a session's mark on each refresh; one get of "

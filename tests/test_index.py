@@ -13,6 +13,7 @@ import pytest
 
 from mailstore import keys
 from mailstore.index import MailboxIndex, Marks
+from mailstore.records import Flags
 from mailstore.store import MailStore
 
 
@@ -59,11 +60,16 @@ def truth(store: MailStore, mailbox) -> MailboxIndex:
     return store.indexes.build(mailbox, now)
 
 
+def tagged(index: MailboxIndex) -> dict[str, list[int]]:
+    return {kw: list(uids) for kw, uids in index.tagged.items() if uids}
+
+
 def same(a: MailboxIndex, b: MailboxIndex) -> bool:
-    """Same UIDs, unseen and deleted sets; keywords are never forgotten once used (as in
-    Dovecot: a FLAGS response may list a keyword no message has any more), so ``a`` may have
-    more than a fresh read ``b``."""
-    return (list(a.uids), a.unseen, a.flagged) == (list(b.uids), b.unseen, b.flagged) \
+    """Same UIDs, MODSEQs, unseen, system-flag and keyword sets; keywords are never forgotten
+    once used (as in Dovecot: a FLAGS response may list a keyword no message has any more),
+    so ``a`` may have more in use than a fresh read ``b``."""
+    return (list(a.uids), list(a.modseqs), a.unseen, a.flagged, tagged(a)) \
+        == (list(b.uids), list(b.modseqs), b.unseen, b.flagged, tagged(b)) \
         and a.keywords >= b.keywords
 
 
@@ -190,10 +196,43 @@ def test_indexes_match_the_rows_after_random_changes_from_other_processes(backen
             store.move(inbox, rng.sample(uids, 1), archive)
         if step % 3 == 0:
             assert same(other.open_index(inbox), truth(store, inbox)), step
+            assert as_fetched(other.open_index(inbox)) == rows_fetched(store, inbox), step
         if step % 11 == 0:
             assert same(third.open_index(inbox), truth(store, inbox)), step
             third = fresh_process(backend)      # a restart: from the checkpoint next time
     assert same(other.open_index(archive), truth(store, archive))
+    assert as_fetched(other.open_index(archive)) == rows_fetched(store, archive)
+
+
+def as_fetched(index: MailboxIndex) -> list[tuple[int, frozenset[str], int]]:
+    """What FETCH 1:* (UID FLAGS MODSEQ) shows, answered from the index."""
+    return [(uid, names, modseq) for _seq, uid, names, modseq in index.flags_of(index.uids)]
+
+
+def rows_fetched(store: MailStore, mailbox) -> list[tuple[int, frozenset[str], int]]:
+    """The same read from the message rows (a message's MODSEQ there is the larger of its
+    record's and its flag cell's, RFC 7162 3.1.4.2: copies and moves included)."""
+    return [(v.uid, v.flags.names, v.modseq) for v in store.fetch(mailbox, store.uids(mailbox))]
+
+
+def test_flags_from_the_index_are_what_the_rows_say():
+    """FETCH FLAGS/MODSEQ answered from an index (RFC 3501 7.4.2, RFC 7162 3.1.4.2): every
+    stored flag, keywords included, and each message's MODSEQ, for few and for many UIDs."""
+    index = MailboxIndex(Marks(9, 6, 0))
+    for uid, names in [(1, ()), (2, ("\\Seen", "$a")), (4, ("\\Deleted",)),
+                       (5, ("\\Seen", "\\Answered", "\\Draft", "\\Flagged", "$a", "$b"))]:
+        index.add(uid, Flags(uid + 3, frozenset(names)))
+    index.note_flags(2, Flags(20, frozenset({"$b"})))
+    want = [(1, 1, frozenset(), 4), (2, 2, frozenset({"$b"}), 20),
+            (4, 5, frozenset({"\\Seen", "\\Answered", "\\Draft", "\\Flagged", "$a", "$b"}), 8)]
+    assert index.flags_of([1, 2, 3, 5]) == want
+    assert index.flags_of([5]) == want[2:]              # one of many: looked up by bisection
+    index.remove({2})
+    assert index.flags_of([1, 2, 4]) == [(1, 1, frozenset(), 4),
+                                         (2, 4, frozenset({"\\Deleted"}), 7)]
+    back = MailboxIndex.decode(index.encode())
+    assert back.flags_of(back.uids) == index.flags_of(index.uids)
+    assert back.keywords == {"$a", "$b"}
 
 
 def test_a_change_to_many_messages_is_read_back_by_one_scan(backend, store):

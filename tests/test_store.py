@@ -379,6 +379,21 @@ def test_verified_logins_are_cached_until_the_password_changes(store, alice):
         users_mod.verify_password = real
 
 
+def test_a_login_verified_lately_is_known_without_the_hash(store, alice):
+    """RFC 3501 6.2.3 LOGIN: the IMAP server asks authenticate_cached first (in its reactor
+    thread) and the hashing authenticate only on a miss -- so a miss must never be a hit:
+    not before the first verification, not for a wrong password or unknown user, not after
+    the password changed."""
+    assert store.authenticate_cached("alice", "secret") is None   # never verified yet
+    assert store.authenticate("alice", "secret") == "alice"
+    assert store.authenticate_cached("ALICE", "secret") == "alice"
+    assert store.authenticate_cached("alice", "wrong") is None
+    assert store.authenticate_cached("nobody", "secret") is None
+    assert store.authenticate_cached("bad name\x00", "secret") is None
+    store.users.set_password("alice", "new-secret")
+    assert store.authenticate_cached("alice", "secret") is None
+
+
 def test_mailboxes_need_an_existing_user_and_take_their_import_records_along(store, alice):
     with pytest.raises(NotFound):
         store.create_mailbox("ghost", "Folder")

@@ -216,6 +216,16 @@ class SelectedMailbox:
                 view.note_flags(uid, flags)
         return view
 
+    def current_flags(self, uids) -> list[tuple[int, int, frozenset[str], int]] | None:
+        """(sequence number, UID, stored flags, MODSEQ) of ``uids`` from the session's index,
+        when one row read (the mailbox's marks, written by no one) shows that nothing has
+        changed since the session's last look -- the index then holds exactly what the rows
+        say (mailstore/index.py); None when it may not (a change since, by any session, or
+        this one's own STORE not yet refreshed; expunges held back), for reading the rows."""
+        if self._held_gone or self.store.indexes.peek(self.mailbox.id) != self.index.marks:
+            return None
+        return self.index.flags_of(uids)
+
     def deleted_uids(self) -> list[int]:
         """UIDs of this session's messages that may have \\Deleted now (EXPUNGE, CLOSE).  The
         store confirms each on its row as it expunges (``only_deleted``)."""

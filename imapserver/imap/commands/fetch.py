@@ -217,6 +217,41 @@ def _render_batch(store, mailbox, batch, columns, items, set_seen, seq_of, own,
     return responses, gone
 
 
+INDEX_KINDS = frozenset({"UID", "FLAGS", "MODSEQ"})
+"""Items a session's index holds for every message (mailstore/index.py): a FETCH of only
+these is answered without reading the message rows when the index is current."""
+
+
+def _render_from_index(selected, batch, items, recent, shown, changed_since=None):
+    """A batch's responses (as :func:`_render_batch` builds them) from the session's index,
+    or None when the index may be behind the rows (SelectedMailbox.current_flags).  The
+    index has every stored flag and MODSEQ of each message; \\Recent is the session's."""
+    found = selected.current_flags(batch)
+    if found is None:
+        return None
+    responses = []
+    rendered: dict[tuple[frozenset[str], bool], bytes] = {}
+    for seq, uid, names, modseq in found:
+        if changed_since is not None and modseq <= changed_since:
+            continue  # RFC 7162 3.1.4.1
+        parts = []
+        for item in items:
+            kind = item.kind
+            if kind == "UID":
+                parts.append(b"UID %d" % uid)
+            elif kind == "FLAGS":
+                key = (names, uid in recent)
+                flags = rendered.get(key)
+                if flags is None:
+                    flags = rendered[key] = b"FLAGS " + flags_list(*key)
+                    shown.update(names)
+                parts.append(flags)
+            else:
+                parts.append(modseq_item(modseq))
+        responses.append((seq, parts))
+    return responses, 0
+
+
 def _literal(head: bytes, count: int, chunks):
     """A literal as one segment: its head and data as bytes, or over ``STREAM_ABOVE`` a
     Stream.  A Stream's first piece is read now, in this thread: content already gone is
@@ -367,6 +402,9 @@ def fetch_command(ctx, uid_mode: bool):
     # connections run between its batches.
     call = ctx.call_local if len(uids) <= step and not set_seen and all(
         i.kind in CACHED_KINDS for i in items) else ctx.call
+    # FLAGS, UID and MODSEQ alone (a client's resync) come from the session's index, one
+    # row read per batch instead of one per message (bench/RESULTS.md, issue 14).
+    from_index = not set_seen and all(i.kind in INDEX_KINDS for i in items)
     gone = 0
     unknown_cte: list[int] = []
     for start in range(0, len(uids), step):
@@ -374,12 +412,17 @@ def fetch_command(ctx, uid_mode: bool):
             return  # the connection went (or is going) away: nothing more can be sent
         batch = uids[start:start + step]
         shown: set[str] = set()
-        responses, lost = yield call(_render_batch, ctx.store, selected.mailbox, batch,
-                                     columns, items, set_seen, selected.seq_of,
-                                     selected.note_own_flags, selected.recent, shown,
-                                     unknown_cte, changed_since,
-                                     condstore and not any(i.kind == "MODSEQ"
-                                                           for i in items))
+        answered = None
+        if from_index:
+            answered = yield ctx.call_local(_render_from_index, selected, batch, items,
+                                            selected.recent, shown, changed_since)
+        if answered is None:
+            answered = yield call(_render_batch, ctx.store, selected.mailbox, batch,
+                                  columns, items, set_seen, selected.seq_of,
+                                  selected.note_own_flags, selected.recent, shown,
+                                  unknown_cte, changed_since,
+                                  condstore and not any(i.kind == "MODSEQ" for i in items))
+        responses, lost = answered
         gone += lost
         # RFC 3501 7.2.6: a keyword the client was not told of is announced before the FETCH
         # that shows it (one another session set since our last refresh, say).
