@@ -250,6 +250,7 @@ class Messages:
         # Take-backs of claimed counts not confirmed by the store: (mailbox, size, unseen,
         # marker), see _take_back_once.
         self._owed_counts: list[tuple[bytes, int, int, bytes]] = []
+        self._owed_strips: list[bytes] = []
 
     # -- content --------------------------------------------------------------------------------
 
@@ -464,12 +465,15 @@ class Messages:
         content store owes; what fails again stays owed.  Never raises."""
         self.content.retry_owed()
         with self._uncounted_lock:
-            if not (self._unsettled or self._owed_counts):
+            if not (self._unsettled or self._owed_counts or self._owed_strips):
                 return
             pending, self._unsettled = self._unsettled, []
             counts, self._owed_counts = self._owed_counts, []
+            strips, self._owed_strips = self._owed_strips, []
         for entry in counts:
             self._take_back_once(*entry)
+        for key in strips:
+            self._strip(key)
         for mailbox_id, key, record in pending:
             try:
                 if not self._commit_outcome(mailbox_id, key, record, later=True):
@@ -491,7 +495,16 @@ class Messages:
             # A crash just here leaves the counts too high (fsck), never too low.
             self._take_back_once(mailbox_id, size, unseen,
                                  step_column(b"c", keys.new_id(), "take-back"), fresh=True)
-        self.table.delete(key, list(PENDING_CELLS))
+        self._strip(key)
+
+    def _strip(self, key: bytes) -> None:
+        """Delete what the writer of an abandoned UID had put in its row; owed (and made
+        again by retry_owed: deleting twice is harmless) if the store fails."""
+        try:
+            self.table.delete(key, list(PENDING_CELLS))
+        except Exception:
+            with self._uncounted_lock:
+                self._owed_strips.append(key)
 
     def _take_back_once(self, mailbox_id: bytes, size: int, unseen: int, marker: bytes,
                         fresh: bool = False) -> None:
