@@ -507,7 +507,7 @@ class ContentStore:
     def forget_steps(self, content_ids: list[bytes], markers: list[bytes]) -> None:
         """Remove an intent's marker cells once the intent itself is gone."""
         if content_ids:
-            self.table.mutate_rows([Mutation(cid, deletes=markers) for cid in content_ids])
+            self.table.retire([Mutation(cid, deletes=markers) for cid in content_ids])
 
     def release(self, content_ids: list[bytes]) -> None:
         """Content whose last reference is gone: delete it once the grace period is over.

@@ -106,10 +106,11 @@ class Transfers:
         named after a message, besides the usual ones).  In that order: a marker outliving
         its intent is inert (fsck sweeps it), an intent outliving its markers would count
         its steps again."""
-        self.intents.delete(key)
+        # Intent keys and marker names are used once: retire, no settle wait over HBase.
+        self.intents.retire([Mutation(key, delete_row=True)])
         steps = list(steps)
         markers = [step_column(b"c", key, s) for s in (*STEPS, *steps)]
-        self.boxes.rows.mutate_rows([Mutation(m, deletes=markers) for m in set(mailbox_ids)])
+        self.boxes.rows.retire([Mutation(m, deletes=markers) for m in set(mailbox_ids)])
         self.content.forget_steps(sorted(set(contents)),
                                   [step_column(b"r", key, s) for s in (REFS_STEP, *steps)])
 
@@ -160,7 +161,7 @@ class Transfers:
                                   unseen=-sum(1 for v in views if not v.flags.seen))
         self.content.decref_once(Counter(v.record.content for v in views),
                                  step_column(b"r", intent, REFS_STEP))
-        self.messages.table.mutate_rows(
+        self.messages.table.retire(   # UIDs are never reused
             [Mutation(keys.message_key(mailbox.id, v.uid), delete_row=True) for v in views])
 
     # -- flag changes (the STORE side is Messages.store_flags) -----------------------------------
@@ -413,7 +414,7 @@ class Transfers:
                                   unseen=-sum(1 for v in views if not v.flags.seen))
         # No MODSEQ taken here: the move's change-log recording took one with its change
         # number (docs/decisions/0014).
-        self.messages.table.mutate_rows(
+        self.messages.table.retire(   # UIDs are never reused
             [Mutation(keys.message_key(source.id, v.uid), delete_row=True) for v in views])
 
     # -- recovery -------------------------------------------------------------------------------

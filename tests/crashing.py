@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import threading
 
-WRITES = ("put", "put_large", "delete", "mutate_rows", "increment", "increment_many",
+WRITES = ("put", "put_large", "delete", "mutate_rows", "retire", "increment", "increment_many",
           "check_and_put", "put_then_check_and_put", "increment_rows")
 
 
