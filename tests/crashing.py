@@ -117,7 +117,8 @@ class Fault:
     gateway stays down for the rest of the operation, its clean-up included.  Unlike
     :class:`Crash`, the process lives on: the store that saw the failure is used again."""
 
-    def __init__(self, nth: int, applied: bool, outage: bool = False):
+    def __init__(self, nth: int, applied: bool, outage: bool = False, when=None):
+        self.when = when    # counts only the writes for which when("TABLE.method") is true
         self.left = nth
         self.applied = applied
         self.outage = outage
@@ -134,6 +135,7 @@ class Fault:
         with self.lock:
             if self.down:
                 raise BackendUnavailable("store down (test fault)", unsent=True)
+            write = write and (self.when is None or self.when(what))
             fire = write and not self.fired and self.left == 0
             if write and not self.fired:
                 self.left -= 1

@@ -22,6 +22,7 @@ import pytest
 from crashing import Clock, Fault, FaultyBackend
 
 from mailstore.errors import BackendUnavailable
+from mailstore.fsck import Fsck
 from tests.mailgen import message
 from tests.test_crash_counters import (
     ABANDON_AFTER,
@@ -96,3 +97,43 @@ def test_intent_operations_failing_during_an_outage_stay_exact(backend, op, appl
     """RFC 6851, RFC 3501 6.4.7, 6.4.3, 6.4.6: the same for every write of MOVE, COPY,
     EXPUNGE and STORE \\Seen: their intents are rolled forward exactly."""
     assert fail_everywhere(backend, OPERATIONS[op], applied, outage=True) > 3
+
+
+@pytest.mark.parametrize("applied", [False, True], ids=["unapplied", "applied"])
+def test_a_take_back_of_an_abandoned_uid_failing_is_replayed_once(backend, applied):
+    """Decision 0001/0004: an APPEND (RFC 3501 6.3.11) killed between counting its message and
+    committing it leaves a UID that a reader gives up after ``abandon_after``, taking the
+    counts back.  If that take-back call fails with an unknown outcome after the claim, it
+    is replayed by the reader's next open, once: before, the counts stayed one message too
+    high until fsck (the gateway-fault loop's "counter too high")."""
+    from crashing import Crash, DieAt, DyingBackend
+    clock = Clock()
+    store = _store(backend, clock)
+    user, _uids = _fill(store, 1)
+    dying = _store(DyingBackend(backend, DieAt(lambda table, method, args: (
+        table == "JAMES_MESSAGES" and method == "put_then_check_and_put"))), clock)
+    with pytest.raises(Crash):
+        # Streamed (above a chunk): not one unit of work on the embedded store either.
+        dying.append(user, "INBOX", message(7, size=300_000))
+    assert store.mailbox(user, "INBOX").messages == 2      # counted, never committed
+
+    def take_back(what):
+        return what == "JAMES_MAILBOXES.increment_many"
+    fault = Fault(0, applied, when=take_back)
+    reader = _store(FaultyBackend(backend, fault), clock)
+    reader.mailbox(user, "INBOX")                          # the reader first sees the UID
+    clock.sleep(ABANDON_AFTER + 1)
+    reader.mailbox(user, "INBOX")                          # gives it up: the take-back fails
+    assert fault.fired
+    fault.restore()
+    reader.mailbox(user, "INBOX")                          # replayed, once
+    reader.mailbox(user, "INBOX")
+    inbox = store.mailbox(user, "INBOX")
+    views = list(store.iter_messages(inbox))
+    assert (inbox.messages, inbox.unseen, inbox.size) == (
+        len(views), sum(1 for v in views if not v.flags.seen),
+        sum(v.record.size for v in views))
+    # The killed writer's content, which no row names (decision 0004's known leftover of a
+    # process killed mid-APPEND), is all fsck may find.
+    assert all(p.detail.startswith("no message refers to it")
+               for p in Fsck(store).run().problems)
