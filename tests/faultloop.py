@@ -407,7 +407,8 @@ def check(port: int, gateway: GatewayProcess, ledger: Ledger, figures: Figures) 
                     got = (said["MESSAGES"], said["UNSEEN"], mailbox.size)
                     if got != rows:
                         figures.counters_wrong.append(
-                            f"{user} {box}: STATUS/size counter {got}, rows {rows}")
+                            f"{user} {box} ({mailbox.id.hex()}): STATUS/size counter {got}, "
+                            f"rows {rows}")
                     if any(g < r for g, r in zip(got, rows, strict=True)):
                         figures.counters_low.append(
                             f"{user} {box}: STATUS/size counter {got}, rows {rows}")
