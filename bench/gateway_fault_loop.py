@@ -31,7 +31,12 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=4 * 3600, help="stop after this long")
     parser.add_argument("--clients", type=int, default=4, help="IMAP sessions (plus one LMTP)")
     parser.add_argument("--seed", type=int, default=int(time.time()))
+    parser.add_argument("--trace", metavar="FILE",
+                        help="have the gateway log every incrementRows cell to FILE, to tell "
+                             "which calls its deaths cut half-way (then summarised)")
     args = parser.parse_args()
+    if args.trace:
+        os.environ["THRIFT_GATEWAY_TRACE_INCREMENTS"] = os.path.abspath(args.trace)
     with tempfile.TemporaryDirectory() as tmp:
         os.chmod(tmp, 0o700)
         figures = run_loop(tmp, args.faults, args.seconds, args.seed, clients=args.clients,
@@ -42,8 +47,31 @@ def main() -> int:
     for problem in figures.fsck_problems:
         kind = problem["kind"]
         result["fsck_problems_by_kind"][kind] = result["fsck_problems_by_kind"].get(kind, 0) + 1
+    if args.trace:
+        result["increments_cut"] = cut_increments(args.trace)
     print(json.dumps(result, indent=1))
     return 1 if figures.failures() else 0
+
+
+def cut_increments(path: str) -> list[str]:
+    """The ``incrementRows`` calls the gateway began and never ended (it was killed), each
+    as the cells it applied and the one it was applying when it died (``cut in``: its
+    SQLite commit may or may not have been made): ``table row column delta``.  The cells the
+    call held after that one were never begun."""
+    calls: dict[str, list[list]] = {}
+    ended = set()
+    with open(path) as trace:
+        for line in trace:
+            kind, call, *rest = line.split()
+            if kind == "cell":
+                calls.setdefault(call, []).append([*rest, False])
+            elif kind == "done":
+                calls[call][-1][-1] = True
+            else:
+                ended.add(call)
+    return [" | ".join(("applied " if done else "cut in ") + " ".join(cell)
+                       for *cell, done in cells)
+            for call, cells in calls.items() if call not in ended]
 
 
 if __name__ == "__main__":

@@ -319,6 +319,13 @@ class ContentStore:
         # content still referenced.  Lost if the process dies first: fsck then reports it.
         self._undone: dict[bytes, int] = {}
         self._undone_lock = threading.Lock()
+        # What a failed APPEND or delivery still owes the store when the store failed again
+        # under its clean-up (a gateway outage, issue 16): references to give back, each with
+        # a marker of its own so that a replay never drops one twice, and content no row ever
+        # referred to, to delete (idempotent).  Replayed by :meth:`retry_owed`, whatever the
+        # failure was; lost only if this process dies first.
+        self._owed_drops: list[tuple[bytes, int, bytes]] = []
+        self._owed_deletes: set[bytes] = set()
 
     def writer(self, refs: int = 1) -> ChunkWriter:
         """A writer for new content that ``refs`` message rows will point to."""
@@ -328,6 +335,7 @@ class ContentStore:
     def retry_undone(self) -> None:
         """Replay reference drops that failed unsent (see __init__); keep those that fail
         unsent again.  Never raises: the caller's own work decides its outcome."""
+        self.retry_owed()
         with self._undone_lock:
             if not self._undone:
                 return
@@ -356,11 +364,8 @@ class ContentStore:
             self.table.put(content_id, cells)
         except BaseException:
             # A put that failed may still have been applied (a timeout over HBase): leave
-            # nothing behind, as ChunkWriter.abort does.
-            try:
-                self.table.delete(content_id)
-            except Exception:  # the store is failing; fsck removes what is left
-                pass
+            # nothing behind, as ChunkWriter.abort does (again later if the store is down).
+            self.discard(content_id)
             raise
         return content_id
 
@@ -394,11 +399,56 @@ class ContentStore:
     def discard(self, content_id: bytes) -> None:
         """Delete content that no message row ever referred to (its message was refused
         before its row was written), at once: no reader can have reached it, so it needs no
-        grace period.  Never raises: what a failing store leaves, fsck removes."""
+        grace period.  Never raises: a delete the store did not confirm is made again by
+        :meth:`retry_owed` (deleting twice is harmless)."""
         try:
             self.table.delete(content_id)
-        except Exception:  # the store is failing; fsck finds the unreferenced row
-            pass
+        except Exception:  # the store is failing: owed, replayed when it answers
+            with self._undone_lock:
+                self._owed_deletes.add(content_id)
+
+    def give_back(self, content_id: bytes, count: int = 1) -> None:
+        """Drop ``count`` references that a failed APPEND or delivery took for rows it never
+        committed: exactly once, whatever the store answers.  The drop carries a marker cell
+        of its own (:meth:`decref_once`), so a drop whose outcome is unknown (the gateway died
+        with the call) is replayed by :meth:`retry_owed` until the store confirms it, and the
+        replay skips it if it was applied; the marker is removed afterwards.  Never raises.
+        (A plain decref could only be replayed when known unsent: one cut off mid-call left
+        the references too high, issue 16's gateway-fault loop.)"""
+        if count > 0:
+            self._give_back(content_id, count,
+                            b"r:~" + new_id().hex().encode() + b".give-back")
+
+    def _give_back(self, content_id: bytes, count: int, marker: bytes) -> None:
+        try:
+            # Content that is not there was never written, or its writes were rolled back
+            # with the failed unit of work (the embedded store's group): nothing to give back,
+            # and an increment would make a row of it.  Content that is there cannot go
+            # meanwhile: the references given back here hold it.
+            if INFO not in self.table.row(content_id, [INFO]):
+                return
+            self.decref_once({content_id: count}, marker)
+            self.table.delete(content_id, [marker])
+        except Exception:  # the store is failing: owed, replayed when it answers
+            with self._undone_lock:
+                self._owed_drops.append((content_id, count, marker))
+
+    def owes(self) -> bool:
+        """Whether this process still owes the store a give-back or a delete."""
+        return bool(self._owed_drops or self._owed_deletes)
+
+    def retry_owed(self) -> None:
+        """Replay what :meth:`give_back` and :meth:`discard` could not finish; what fails
+        again stays owed.  Never raises."""
+        with self._undone_lock:
+            if not (self._owed_drops or self._owed_deletes):
+                return
+            drops, self._owed_drops = self._owed_drops, []
+            deletes, self._owed_deletes = self._owed_deletes, set()
+        for content_id in deletes:
+            self.discard(content_id)
+        for content_id, count, marker in drops:
+            self._give_back(content_id, count, marker)
 
     def decref(self, content_id: bytes, count: int = 1) -> int:
         """Drop references; release the content when none is left.  Returns the remaining
@@ -461,7 +511,7 @@ class ContentStore:
     def forget_steps(self, content_ids: list[bytes], markers: list[bytes]) -> None:
         """Remove an intent's marker cells once the intent itself is gone."""
         if content_ids:
-            self.table.mutate_rows([Mutation(cid, deletes=markers) for cid in content_ids])
+            self.table.retire([Mutation(cid, deletes=markers) for cid in content_ids])
 
     def release(self, content_ids: list[bytes]) -> None:
         """Content whose last reference is gone: delete it once the grace period is over.

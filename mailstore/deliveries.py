@@ -75,7 +75,7 @@ def deliver_all(store: MailStore, recipients: Sequence[tuple[str, str]], source,
         _check_quota(store, recipients, accounts, boxes, got["stored"].size)
     except BaseException:
         if "stored" in got:  # no row refers to it yet
-            store.content.decref(got["stored"].content_id, count)
+            store.content.give_back(got["stored"].content_id, count)
         raise
     return _add_all(store, recipients, got["stored"], boxes, flags)
 
@@ -142,11 +142,11 @@ def _add_all(store: MailStore, recipients: Sequence[tuple[str, str]], stored: St
     if failed:
         # The store failed: nothing may stay half-delivered, so the rows added for the
         # other recipients are withdrawn before the caller is told to retry.
-        store.content.decref(stored.content_id, refused)
+        store.content.give_back(stored.content_id, refused)
         _withdraw(store, [r for r in results if r.uid is not None])
         raise failed[0]
     if refused:
-        store.content.decref(stored.content_id, refused)
+        store.content.give_back(stored.content_id, refused)
     return results
 
 def _withdraw(store: MailStore, deliveries: list[Delivery]) -> None:

@@ -34,7 +34,17 @@ from . import keys, sortkeys
 from .backends.base import Backend, Mutation, decode_counter, encode_counter
 from .content import ContentStore
 from .errors import BackendUnavailable, Conflict, TooLarge, Unpublished
-from .mailboxes import COUNT, MODSEQ, SIZE, UNSEEN, VISIBLE, Mailbox, Mailboxes
+from .mailboxes import (
+    COUNT,
+    MODSEQ,
+    SIZE,
+    UID,
+    UNSEEN,
+    VISIBLE,
+    Mailbox,
+    Mailboxes,
+    step_column,
+)
 from .mime import StructureParser, parse_bytes
 from .preview import READ_LIMIT as PREVIEW_READ
 from .preview import decode_cell, encode_cell, make_preview
@@ -236,6 +246,15 @@ class Messages:
         # (mailbox id, UID) -> [(table, row, deltas)] -- the background text indexer's queue
         # cell rides in it, durable before the message is, at no extra round trip.
         self.count_also: Callable[[bytes, int], list] | None = None
+        # Appends whose commit call failed and whose outcome the store could not tell
+        # (Unpublished): (mailbox, row key, commit record).  Settled by retry_owed once the
+        # store answers: if the commit was not made, the UID is given up and the content
+        # reference the append held given back, once (issue 16).
+        self._unsettled: list[tuple[bytes, bytes, bytes]] = []
+        # Take-backs of claimed counts not confirmed by the store: (mailbox, size, unseen,
+        # marker), see _take_back_once.
+        self._owed_counts: list[tuple[bytes, int, int, bytes]] = []
+        self._owed_strips: list[bytes] = []
 
     # -- content --------------------------------------------------------------------------------
 
@@ -340,6 +359,7 @@ class Messages:
         Returns only once the message is visible to every reader of the mailbox.
         """
         self._replay_uncounted()
+        self.retry_owed()
         flag_set = canonical_flags(flags)
         date = self.clock() if internal_date is None else internal_date
         seen = "\\Seen" in flag_set
@@ -399,17 +419,57 @@ class Messages:
         its content reference must stay, and its counts stay with the row's :data:`COUNTED`
         for whoever gives the UID up later if it was not committed."""
         try:
-            if self.table.check_and_put(key, STATE, None, STATE, ABANDONED):
-                self._release(mailbox_id, key)
-                return False
-            state = self.table.row(key, [STATE]).get(STATE)
+            return self._commit_outcome(mailbox_id, key, record)
         except Exception as exc:
+            with self._uncounted_lock:
+                self._unsettled.append((mailbox_id, key, record))
             raise Unpublished(f"message {keys.message_key_uid(key)} may be stored: {exc}",
                               keys.message_key_uid(key)) from exc
-        if state == record:
-            return True
+
+    def _commit_outcome(self, mailbox_id: bytes, key: bytes, record: bytes,
+                        later: bool = False) -> bool:
+        """Whether the commit ``record`` of ``key`` was made; if not, the UID is given up
+        and its counts taken back.  ``later``: asked after the append had returned, when the
+        message may have been shown and removed since: a row gone at or below the watermark
+        (read first) was committed (decision 0003's rule for a move's target)."""
+        if later:
+            marks = self.boxes.rows.row(mailbox_id, [VISIBLE, UID])
+            uid = keys.message_key_uid(key)
+            if uid > decode_counter(marks.get(UID)):
+                return False    # never allocated: rolled back with its unit of work
+            if uid <= decode_counter(marks.get(VISIBLE)) and STATE not in self.table.row(
+                    key, [STATE]):
+                return True
+        if self.table.check_and_put(key, STATE, None, STATE, ABANDONED):
+            self._release(mailbox_id, key)
+            return False
+        state = self.table.row(key, [STATE]).get(STATE)
+        if state == record or (later and state_of(state) != ABANDONED):
+            return True     # committed (and perhaps claimed by a move or expunge since)
         self._release(mailbox_id, key)      # given up by another: ours to take back
         return False
+
+    def retry_owed(self) -> None:
+        """Settle the appends left :class:`Unpublished` (see __init__) and replay what the
+        content store owes; what fails again stays owed.  Never raises."""
+        self.content.retry_owed()
+        with self._uncounted_lock:
+            if not (self._unsettled or self._owed_counts or self._owed_strips):
+                return
+            pending, self._unsettled = self._unsettled, []
+            counts, self._owed_counts = self._owed_counts, []
+            strips, self._owed_strips = self._owed_strips, []
+        for entry in counts:
+            self._take_back_once(*entry)
+        for key in strips:
+            self._strip(key)
+        for mailbox_id, key, record in pending:
+            try:
+                if not self._commit_outcome(mailbox_id, key, record, later=True):
+                    self.content.give_back(MessageRecord.decode(record).content)
+            except Exception:  # still failing: settled next time
+                with self._uncounted_lock:
+                    self._unsettled.append((mailbox_id, key, record))
 
     def _release(self, mailbox_id: bytes, key: bytes, counted: bytes | None = None) -> None:
         """Take back what an append counted for the abandoned UID ``key`` (once, whoever calls:
@@ -422,8 +482,34 @@ class Messages:
                                                  encode_counter(0)):
             size, unseen = divmod(code - 1, 2)
             # A crash just here leaves the counts too high (fsck), never too low.
-            self.boxes.add_counts(mailbox_id, messages=-1, size=-size, unseen=-unseen)
-        self.table.delete(key, list(PENDING_CELLS))
+            self._take_back_once(mailbox_id, size, unseen,
+                                 step_column(b"c", keys.new_id(), "take-back"), fresh=True)
+        self._strip(key)
+
+    def _strip(self, key: bytes) -> None:
+        """Delete what the writer of an abandoned UID had put in its row; owed (and made
+        again by retry_owed: deleting twice is harmless) if the store fails."""
+        try:
+            self.table.delete(key, list(PENDING_CELLS))
+        except Exception:
+            with self._uncounted_lock:
+                self._owed_strips.append(key)
+
+    def _take_back_once(self, mailbox_id: bytes, size: int, unseen: int, marker: bytes,
+                        fresh: bool = False) -> None:
+        """Uncount one message claimed by :meth:`_release`, exactly once whatever the store
+        answers: with a marker cell of its own in the same call (Mailboxes.count_once), so a
+        take-back whose outcome is unknown (the gateway died with the call; issue 16) is
+        replayed by :meth:`retry_owed` only if its marker is not there; the marker is removed
+        afterwards.  ``fresh``: the marker is new, so not read first.  Never raises."""
+        try:
+            if fresh or not self.boxes.steps_done(mailbox_id, [marker]):
+                self.boxes.count_once(mailbox_id, marker, messages=-1, size=-size,
+                                      unseen=-unseen)
+            self.boxes.rows.delete(mailbox_id, [marker])
+        except Exception:  # the store is failing: owed, replayed when it answers
+            with self._uncounted_lock:
+                self._owed_counts.append((mailbox_id, size, unseen, marker))
 
     def _pending_cells(self, stored: StoredContent, flags: Flags) -> dict[bytes, bytes]:
         envelope = stored.info.get("envelope")
@@ -785,5 +871,9 @@ class Ingestion:
                              bytes(self.head[:info.header_size]), preview)
 
     def abort(self) -> None:
-        """Remove what was written (never referenced: no grace period is needed)."""
-        self.writer.abort()
+        """Remove what was written (never referenced: no grace period is needed).  If the
+        store is failing, the content is queued to be deleted when it answers again."""
+        try:
+            self.writer.abort()
+        except Exception:
+            self.messages.content.discard(self.writer.content_id)

@@ -302,6 +302,9 @@ class MailStore:
     def mailbox(self, user: str, name: str, recover: bool = True) -> Mailbox:
         """The mailbox with fresh counters; rolls forward stale moves/expunges of it first."""
         mailbox = self.mailboxes.get(user, name)
+        if recover:
+            # What a failed APPEND or delivery of this process left owed (issue 16).
+            self.messages.retry_owed()
         if recover and self.transfers.pending(mailbox.id):
             if self.transfers.recover(mailbox.id):
                 mailbox = self.mailboxes.get(user, name)
@@ -585,9 +588,10 @@ class MailStore:
         try:
             uid = self.add_stored(mailbox, stored, flags, internal_date)
         except Unpublished:
-            raise  # the message row holds the content's reference
+            raise  # the message row holds the content's reference (or settles it later)
         except BaseException:
-            self.content.decref(stored.content_id)
+            # Exactly once even if the store fails again here (issue 16): owed till it answers.
+            self.content.give_back(stored.content_id)
             raise
         return mailbox.uidvalidity, uid
 

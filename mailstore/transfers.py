@@ -106,10 +106,11 @@ class Transfers:
         named after a message, besides the usual ones).  In that order: a marker outliving
         its intent is inert (fsck sweeps it), an intent outliving its markers would count
         its steps again."""
-        self.intents.delete(key)
+        # Intent keys and marker names are used once: retire, no settle wait over HBase.
+        self.intents.retire([Mutation(key, delete_row=True)])
         steps = list(steps)
         markers = [step_column(b"c", key, s) for s in (*STEPS, *steps)]
-        self.boxes.rows.mutate_rows([Mutation(m, deletes=markers) for m in set(mailbox_ids)])
+        self.boxes.rows.retire([Mutation(m, deletes=markers) for m in set(mailbox_ids)])
         self.content.forget_steps(sorted(set(contents)),
                                   [step_column(b"r", key, s) for s in (REFS_STEP, *steps)])
 
@@ -160,7 +161,7 @@ class Transfers:
                                   unseen=-sum(1 for v in views if not v.flags.seen))
         self.content.decref_once(Counter(v.record.content for v in views),
                                  step_column(b"r", intent, REFS_STEP))
-        self.messages.table.mutate_rows(
+        self.messages.table.retire(   # UIDs are never reused
             [Mutation(keys.message_key(mailbox.id, v.uid), delete_row=True) for v in views])
 
     # -- flag changes (the STORE side is Messages.store_flags) -----------------------------------
@@ -216,10 +217,13 @@ class Transfers:
         last, top_modseq = self._allocate(target, count)
         pairs = [[v.uid, last - count + 1 + i, v.record.content.hex(), v.record.size,
                   0 if v.flags.seen else 1] for i, v in enumerate(views)]
-        intent = self._begin(target.id, {"op": "copy", "source": source.id.hex(),
-                                         "pairs": pairs})
+        op = {"op": "copy", "source": source.id.hex(), "pairs": pairs}
+        intent = self._begin(target.id, op)
         self._copy_counts(target, intent, pairs)
-        done = [(v.uid, self._place(target, v, uid, top_modseq - count + 1 + i))
+        # A copy whose planned UID is given up meanwhile goes to a fresh UID, named in the
+        # intent first, as a move's (decision 0003): else a roll forward wrote it again.
+        rename = self._renamer(intent, op)
+        done = [(v.uid, self._place(target, v, uid, top_modseq - count + 1 + i, rename))
                 for i, (v, (_, uid, *_rest)) in enumerate(zip(views, pairs, strict=True))]
         self.messages.publish(target.id, last - count + 1, last)
         top = max(uid for _, uid in done)
@@ -245,6 +249,7 @@ class Transfers:
         reference and counts given back (once: a marker per target UID).  Returns the
         contents whose marker cells to remove."""
         pairs = op["pairs"]
+        rename = self._renamer(intent, op)
         self._copy_counts(target, intent, pairs, recovering=True)
         table = self.messages.table
         source = self.boxes.load(bytes.fromhex(op["source"]))
@@ -264,11 +269,13 @@ class Transfers:
             row = src_rows.get(keys.message_key(source.id, src_uid)) if source else None
             if row is not None and state_of(row.get(STATE)) in (COMMITTED, MOVING):
                 if dst_state == ABANDONED:
+                    old = dst_uid
                     dst_uid, modseq = self._allocate(target, 1)
+                    rename(old, dst_uid)
                 else:
                     modseq = self.boxes.rows.increment(target.id, MODSEQ, 1)
                 view = _view(keys.message_key(source.id, src_uid), row[STATE], row)
-                top = max(top, self._place(target, view, dst_uid, modseq))
+                top = max(top, self._place(target, view, dst_uid, modseq, rename))
                 continue
             if dst_state is None:
                 table.check_and_put(dst_key, STATE, None, STATE, ABANDONED)
@@ -317,9 +324,11 @@ class Transfers:
                 renamed(old, uid)
 
     def _renamer(self, intent: bytes, op: dict):
-        """A ``renamed`` callback for :meth:`_place` that rewrites a move intent's pairs."""
+        """A ``renamed`` callback for :meth:`_place` that rewrites the target UID of a move
+        or copy intent's pairs (``[source UID, target UID, ...]``)."""
         def renamed(old: int, new: int) -> None:
-            op["pairs"] = [[src, new if dst == old else dst] for src, dst in op["pairs"]]
+            op["pairs"] = [[src, new if dst == old else dst, *rest]
+                           for src, dst, *rest in op["pairs"]]
             self.intents.put(intent, {OP: json.dumps(op).encode()})
         return renamed
 
@@ -405,7 +414,7 @@ class Transfers:
                                   unseen=-sum(1 for v in views if not v.flags.seen))
         # No MODSEQ taken here: the move's change-log recording took one with its change
         # number (docs/decisions/0014).
-        self.messages.table.mutate_rows(
+        self.messages.table.retire(   # UIDs are never reused
             [Mutation(keys.message_key(source.id, v.uid), delete_row=True) for v in views])
 
     # -- recovery -------------------------------------------------------------------------------

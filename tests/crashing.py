@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import threading
 
-WRITES = ("put", "put_many", "put_large", "delete", "mutate_rows", "increment", "increment_many",
-          "check_and_put", "put_then_check_and_put", "increment_rows")
+WRITES = ("put", "put_many", "put_large", "delete", "mutate_rows", "retire", "increment",
+          "increment_many", "check_and_put", "put_then_check_and_put", "increment_rows")
 
 
 class Crash(BaseException):
@@ -107,3 +107,86 @@ class Clock:
 
     def sleep(self, seconds: float) -> None:
         self.now += seconds
+
+
+class Fault:
+    """Fails the ``nth`` write call (from 0) as a gateway killed mid-call does: the caller gets
+    :class:`~mailstore.errors.BackendUnavailable` with an *unknown* outcome (``unsent``
+    False), the call having been ``applied`` or not.  With ``outage``, every later call (reads
+    too) fails as well, refused before it is sent (``unsent``), until :meth:`restore`: the
+    gateway stays down for the rest of the operation, its clean-up included.  Unlike
+    :class:`Crash`, the process lives on: the store that saw the failure is used again."""
+
+    def __init__(self, nth: int, applied: bool, outage: bool = False, when=None):
+        self.when = when    # counts only the writes for which when("TABLE.method") is true
+        self.left = nth
+        self.applied = applied
+        self.outage = outage
+        self.fired = False
+        self.down = False
+        self.lock = threading.Lock()
+
+    def restore(self) -> None:
+        with self.lock:
+            self.down = False
+
+    def call(self, write: bool, invoke, what: str = ""):
+        from mailstore.errors import BackendUnavailable
+        with self.lock:
+            if self.down:
+                raise BackendUnavailable("store down (test fault)", unsent=True)
+            write = write and (self.when is None or self.when(what))
+            fire = write and not self.fired and self.left == 0
+            if write and not self.fired:
+                self.left -= 1
+            if fire:
+                self.fired = what or True
+                self.down = self.outage
+        if not fire:
+            return invoke()
+        if self.applied:
+            invoke()
+        raise BackendUnavailable("call cut off (test fault): outcome unknown")
+
+
+class FaultyTable:
+    """A table whose calls go through a :class:`Fault`."""
+
+    def __init__(self, table, fault: Fault):
+        self._table = table
+        self._fault = fault
+
+    def __getattr__(self, name):
+        attr = getattr(self._table, name)
+        if not callable(attr):
+            return attr
+
+        def call(*args, **kwargs):
+            return self._fault.call(name in WRITES, lambda: attr(*args, **kwargs),
+                                    f"{getattr(self._table, 'name', '')}.{name}")
+        return call
+
+
+class FaultyBackend:
+    """A backend whose tables and multi-row increments go through a :class:`Fault`."""
+
+    def __init__(self, backend, fault: Fault):
+        self._backend = backend
+        self._fault = fault
+
+    def table(self, name):
+        return FaultyTable(self._backend.table(name), self._fault)
+
+    def text_index(self):
+        from mailstore.backends.postings import PostingIndex
+        index = self._backend.text_index()
+        if isinstance(index, PostingIndex):
+            return PostingIndex(self.table(index.table.name))
+        return FaultyTable(index, self._fault)
+
+    def increment_rows(self, increments):
+        return self._fault.call(True, lambda: self._backend.increment_rows(increments),
+                                "increment_rows")
+
+    def __getattr__(self, name):
+        return getattr(self._backend, name)

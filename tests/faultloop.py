@@ -14,8 +14,9 @@ Every command's answer is kept in a ledger of where each message may be:
 UIDs from APPENDUID and COPYUID (RFC 4315 3) must never be handed out twice in one mailbox.
 At the end, once intents have been rolled forward (the opens a client's STATUS brings, decision
 0003), each mailbox's counters (STATUS MESSAGES/UNSEEN, the size counter) must equal its rows,
-and ``mailadmin fsck`` may report only the safe leftovers of a call cut off after the gateway
-applied it (tests/gatewayproc.py), which ``fsck --repair`` must clear.  Any other answer than
+and ``mailadmin fsck`` may report only what a call cut half-way by the gateway leaves -- a
+counter or reference count too high (tests/gatewayproc.py) -- which ``fsck --repair`` must
+clear.  Any other answer than
 OK or ``NO [UNAVAILABLE]`` / ``451 4.3.0``, or a dropped IMAP connection, is an error too.
 """
 
@@ -406,7 +407,8 @@ def check(port: int, gateway: GatewayProcess, ledger: Ledger, figures: Figures) 
                     got = (said["MESSAGES"], said["UNSEEN"], mailbox.size)
                     if got != rows:
                         figures.counters_wrong.append(
-                            f"{user} {box}: STATUS/size counter {got}, rows {rows}")
+                            f"{user} {box} ({mailbox.id.hex()}): STATUS/size counter {got}, "
+                            f"rows {rows}")
                     if any(g < r for g, r in zip(got, rows, strict=True)):
                         figures.counters_low.append(
                             f"{user} {box}: STATUS/size counter {got}, rows {rows}")

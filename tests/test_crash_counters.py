@@ -137,7 +137,7 @@ def test_expunge_of_copies_sharing_content_cut_at_every_write(backend):
 
 
 def _deletes_messages(table, method, args) -> bool:
-    return table == "JAMES_MESSAGES" and method == "mutate_rows" and \
+    return table == "JAMES_MESSAGES" and method in ("mutate_rows", "retire") and \
         any(m.delete_row for m in args[0])
 
 
@@ -277,7 +277,7 @@ def test_markers_left_after_their_intent_are_inert_and_swept(backend):
     def after_intent_deleted(table, method, args):
         if gone:
             return True
-        if table == "JAMES_INTENTS" and method == "delete":
+        if table == "JAMES_INTENTS" and method in ("delete", "retire"):
             gone.append(True)
         return False
     dying = _store(DyingBackend(backend, DieAt(after_intent_deleted)), clock)

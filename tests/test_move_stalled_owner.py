@@ -81,3 +81,31 @@ def test_move_rolled_forward_after_its_owner_wrote_a_fresh_uid(backend):
                  for v in store.messages.scan(work.id, columns=[b"m:s", b"f:v", b"m:hdr"]))
     assert ids == [b"m0@test", b"m1@test", b"m2@test"], ids
     assert_exact(store, user, "rolled forward")
+
+
+def test_copy_rolled_forward_after_its_owner_wrote_a_fresh_uid(backend):
+    """RFC 3501 6.4.7 (and RFC 4315 3's COPYUID): the same for a COPY, whose intent is keyed
+    by its target.  Before, the roll forward found the planned UID given up and wrote the
+    copy again at yet another UID: the message twice in the target (decision 0003's limit)."""
+    clock = Clock()
+    store = _store(backend, clock)
+    user, uids = _fill(store, 3)
+    work = store.mailbox(user, "Work")
+    state = {"dead": False, "stalled": False, "target": work.id}
+    dying = _store(Wrapped(backend, state), clock)
+    try:
+        dying.copy(dying.mailbox(user, "INBOX"), uids, dying.mailbox(user, "Work"))
+    except Crash:
+        pass
+    assert state["stalled"] and state["dead"]
+    clock.sleep(INTENT_TIMEOUT + 1)
+    store = _store(backend, clock)
+    _open_all(store, user)
+    clock.sleep(INTENT_TIMEOUT + 1)
+    _open_all(store, user)
+    work = store.mailbox(user, "Work")
+    ids = sorted(v.header.split(b"Message-ID: <")[1].split(b">")[0]
+                 for v in store.messages.scan(work.id, columns=[b"m:s", b"f:v", b"m:hdr"]))
+    assert ids == [b"m0@test", b"m1@test", b"m2@test"], ids
+    assert len(store.uids(store.mailbox(user, "INBOX"))) == 3
+    assert_exact(store, user, "rolled forward")

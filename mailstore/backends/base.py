@@ -164,6 +164,19 @@ class Table(abc.ABC):
     def mutate_rows(self, mutations: Sequence[Mutation]) -> None:
         """Apply several rows' mutations in one round trip; each row atomically, in order."""
 
+    def retire(self, mutations: Sequence[Mutation]) -> None:
+        """:meth:`mutate_rows` of deletes only (ValueError for a mutation with puts), of
+        cells or rows that are never written again: a key or column used once (an intent
+        row, an intent's step marker cells, the row of an expunged or moved-away UID).  The
+        same guarantees, but for one this method waives: that a put of the same cell made
+        right after it (in the same millisecond) is kept.  Over HBase, whose delete markers
+        hide puts stamped in the same millisecond, :meth:`delete` and :meth:`mutate_rows`
+        wait for the server's clock to move on before they return (``delete_settle``); this
+        does not.  By default :meth:`mutate_rows`."""
+        if any(m.puts for m in mutations):
+            raise ValueError("retire takes deletes only")
+        self.mutate_rows(mutations)
+
     @abc.abstractmethod
     def increment(self, row: bytes, column: bytes, delta: int = 1) -> int:
         """Add ``delta`` to a counter cell (absent counts as 0) and return the new value."""

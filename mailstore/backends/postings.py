@@ -104,7 +104,9 @@ class PostingIndex(TextIndex):
 
     def remove(self, mailbox_id: bytes, uids: Collection[int]) -> None:
         if uids:
-            self.table.delete(mailbox_id + _MARKERS, [_cell(uid) for uid in uids])
+            # UIDs are never reused in a mailbox: their marker cells are never put again.
+            self.table.retire([Mutation(mailbox_id + _MARKERS,
+                                        deletes=[_cell(uid) for uid in uids])])
 
     def drop(self, mailbox_id: bytes) -> None:
         delete_rows(self.table, prefix=mailbox_id)

@@ -30,6 +30,7 @@ while it runs (check-and-put is made atomic by a lock held for every write).
 from __future__ import annotations
 
 import functools
+import itertools
 import logging
 import os
 import re
@@ -61,6 +62,27 @@ _TABLE_NAME = re.compile(rb"[A-Za-z0-9_]+\Z")
 _COMPRESSIONS = frozenset({"none", "gz", "snappy", "lzo", "lz4", "zstd", "bzip2", "lzma"})
 _BLOOM_TYPES = frozenset({"NONE", "ROW", "ROWCOL", "ROWPREFIX_FIXED_LENGTH",
                           "ROWPREFIX_DELIMITED"})
+_CALLS = itertools.count()
+
+
+@functools.cache
+def _increment_trace() -> Callable[[str], None] | None:
+    """A writer of lines to the file named by ``THRIFT_GATEWAY_TRACE_INCREMENTS``, if set: each
+    cell of an ``incrementRows`` before it is applied (``cell``), after (``done``), and the
+    call's end (``end``).  A call with no ``end`` was cut by the gateway's death, and its
+    ``done`` lines say which of its cells stood (bench/gateway_fault_loop.py ``--trace``)."""
+    path = os.environ.get("THRIFT_GATEWAY_TRACE_INCREMENTS")
+    if not path:
+        return None
+    out = open(path, "a", buffering=1)  # noqa: SIM115 - open for the process's life
+    lock = threading.Lock()
+
+    def write(line: str) -> None:
+        with lock:
+            out.write(line + "\n")
+    return write
+
+
 _PASS_THROUGH = (H.IOError, H.IllegalArgument, H.AlreadyExists, TApplicationException)
 
 
@@ -526,8 +548,17 @@ class _Handler:
 
     @_api
     def incrementRows(self, increments):
+        trace = _increment_trace()
+        call = f"{os.getpid()}.{next(_CALLS)}"
         for inc in increments or ():    # one by one, as HBase does: no atomicity between them
+            if trace:
+                trace(f"cell {call} {inc.table.decode()} {inc.row.hex()} "
+                      f"{inc.column.decode(errors='replace')} {inc.ammount}")
             self._increment_struct(inc)
+            if trace:
+                trace(f"done {call}")
+        if trace:
+            trace(f"end {call}")
 
     @_api
     def checkAndPut(self, tableName, row, column, value, mput, attributes):
