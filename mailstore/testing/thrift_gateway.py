@@ -583,10 +583,29 @@ for _name, _call in _ALIASES.items():
     setattr(_Handler, _name, _call)
 
 
+class _Late:
+    """A service handler whose every call answers ``delay`` seconds late."""
+
+    def __init__(self, handler: object, delay: float):
+        self._handler, self._delay = handler, delay
+
+    def __getattr__(self, name: str) -> object:
+        method = getattr(self._handler, name)
+        if not callable(method):
+            return method
+
+        def late(*args: object) -> object:
+            time.sleep(self._delay)
+            return method(*args)
+        return late
+
+
 class ThriftGateway:
     """Serve HBase's Thrift1 API for ``store`` on ``host:port`` (port 0: any free port), or
     its Thrift2 API with ``api="thrift2"`` (:mod:`.thrift2_gateway`).
 
+    ``delay`` (seconds) makes every call answer that late, sleeping without the GIL, as a
+    real gateway's network and WAL sync do (benchmarks: bench/store_bench.py --latency-ms).
     ``store`` is an :class:`EmbeddedBackend` (left open at :meth:`stop`), a directory for a
     new one (closed at :meth:`stop`), or another gateway, whose store and handler this one
     shares (a Thrift2 port beside a Thrift1 one).  ``transport`` and ``protocol`` select what
@@ -598,7 +617,7 @@ class ThriftGateway:
 
     def __init__(self, store: EmbeddedBackend | str | os.PathLike | ThriftGateway,
                  host: str = "127.0.0.1", port: int = 0, transport: str = "buffered",
-                 protocol: str = "binary", api: str = "thrift1"):
+                 protocol: str = "binary", api: str = "thrift1", delay: float = 0.0):
         if transport not in _TRANSPORTS or protocol not in _PROTOCOLS:
             raise ValueError(f"unknown transport {transport!r} or protocol {protocol!r}")
         if api not in ("thrift1", "thrift2"):
@@ -614,6 +633,7 @@ class ThriftGateway:
         self.host = host
         self.port = port
         self.transport, self.protocol, self.api = transport, protocol, api
+        self.delay = delay
         self._transports = _TRANSPORTS[transport]()
         self._protocols = _PROTOCOLS[protocol]()     # Text fields are binary: bytes anyway
         self._handler = shared._handler if shared is not None else _Handler(self.store)
@@ -698,9 +718,10 @@ class ThriftGateway:
         proto = self._protocols.get_protocol(trans)
         if self.api == "thrift2":
             from .thrift2_gateway import T2, Thrift2Handler
-            processor = TProcessor(T2.THBaseService, Thrift2Handler(self._handler))
+            service, handler = T2.THBaseService, Thrift2Handler(self._handler)
         else:
-            processor = TProcessor(H.Hbase, self._handler)
+            service, handler = H.Hbase, self._handler
+        processor = TProcessor(service, _Late(handler, self.delay) if self.delay else handler)
         try:
             while not self._stopping.is_set():
                 processor.process(proto, proto)
