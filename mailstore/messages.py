@@ -354,31 +354,44 @@ class Messages:
         flag_set = canonical_flags(flags)
         date = self.clock() if internal_date is None else internal_date
         seen = "\\Seen" in flag_set
+        # Where the backend counts at allocation (HBase's Thrift2: decision 0029), the counts
+        # go with the UID and the row's counted marker with the commit, and a writer whose
+        # commit did not happen takes its own counts back (no marker: no one else does).
+        at_allocation = self.backend.counts_at_allocation
         for _attempt in range(5):
-            uid, modseq = self.boxes.allocate(mailbox.id)
+            if at_allocation:
+                uid, modseq = self.boxes.allocate(mailbox.id, stored.size, unseen=not seen)
+            else:
+                uid, modseq = self.boxes.allocate(mailbox.id)
             key = keys.message_key(mailbox.id, uid)
-            # The message is counted before it is committed (a reader may see the count a
-            # moment early, never late), and its row marked as counted in the same call: a
-            # writer killed before its commit leaves counts that whoever gives the UID up
-            # takes back exactly (decision 0004).
-            self._count(mailbox.id, key, stored.size, seen)
+            cells = self._pending_cells(stored, Flags(modseq, flag_set))
+            if at_allocation:
+                cells[COUNTED] = encode_counter(2 * stored.size + (not seen) + 1)
+            else:
+                # The message is counted before it is committed (a reader may see the count
+                # a moment early, never late), and its row marked as counted in the same
+                # call: a writer killed before its commit leaves counts that whoever gives
+                # the UID up takes back exactly (decision 0004).
+                self._count(mailbox.id, key, stored.size, seen)
             record = MessageRecord(uid=uid, content=stored.content_id, size=stored.size,
                                    internal_date=date, modseq=modseq,
                                    header_size=stored.info.get("header_size", 0),
                                    lines=stored.info.get("lines", 0),
                                    chunk_size=stored.chunk_size, save_date=self.clock())
             encoded = record.encode()
+            own = (stored.size, seen) if at_allocation else None
             try:
-                committed = self.table.put_then_check_and_put(
-                    key, self._pending_cells(stored, Flags(modseq, flag_set)), STATE, encoded)
+                committed = self.table.put_then_check_and_put(key, cells, STATE, encoded)
             except BaseException:
-                if not self._committed_after_all(mailbox.id, key, encoded):
+                if not self._committed_after_all(mailbox.id, key, encoded, own):
                     raise
                 committed = True
             if committed:
                 break
             # We were too slow and a reader gave our UID up (and, or we now, its counts).
             self._release(mailbox.id, key)
+            if own:
+                self._uncount(mailbox.id, *own)
         else:
             raise Conflict("could not commit the message: UIDs kept being abandoned")
         try:
@@ -399,16 +412,21 @@ class Messages:
         self.backend.increment_rows([(MAILBOXES.name, mailbox_id, deltas),
                                      (MESSAGES.name, key, {COUNTED: 2 * size + (not seen) + 1})])
 
-    def _committed_after_all(self, mailbox_id: bytes, key: bytes, record: bytes) -> bool:
+    def _committed_after_all(self, mailbox_id: bytes, key: bytes, record: bytes,
+                             own: tuple[int, bool] | None = None) -> bool:
         """After a commit call failed: True if it was applied all the same (its answer was
-        lost); else give the UID up and take its counts back, and return False.
+        lost); else give the UID up and take its counts back, and return False.  ``own``:
+        (size, seen) of counts taken with the UID, which no marker records (decision 0029).
 
         Raises :class:`Unpublished` when the store cannot tell: the message may be there, so
         its content reference must stay, and its counts stay with the row's :data:`COUNTED`
-        for whoever gives the UID up later if it was not committed."""
+        for whoever gives the UID up later if it was not committed (counts taken with the UID
+        then stay too high, for fsck)."""
         try:
             if self.table.check_and_put(key, STATE, None, STATE, ABANDONED):
                 self._release(mailbox_id, key)
+                if own:
+                    self._uncount(mailbox_id, *own)
                 return False
             state = self.table.row(key, [STATE]).get(STATE)
         except Exception as exc:
@@ -417,6 +435,8 @@ class Messages:
         if state == record:
             return True
         self._release(mailbox_id, key)      # given up by another: ours to take back
+        if own:
+            self._uncount(mailbox_id, *own)
         return False
 
     def _release(self, mailbox_id: bytes, key: bytes, counted: bytes | None = None) -> None:

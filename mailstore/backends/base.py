@@ -282,6 +282,16 @@ class Backend(abc.ABC):
 
     name: str
 
+    counts_at_allocation = False
+    """Whether an append counts its message in the call that takes its UID and marks its row
+    as counted in its commit call (``put_then_check_and_put``), instead of counting and
+    marking in one :meth:`increment_rows` between the two (docs/decisions/0004, 0029).  For a
+    backend whose ``increment_rows`` of two rows is two calls anyway (HBase's Thrift2 API has
+    no increment of several rows), so that a writer killed between them leaves the counters
+    too high however it is done, and whose ``put_then_check_and_put`` is atomic: two round
+    trips fewer per append, with the same exposure.  The embedded store and Thrift1 keep the
+    exact way."""
+
     local_reads = False
     """Whether a read returns without waiting on the network or another writer, in a few
     microseconds for a single row: such a read may run in the caller's thread (the IMAP

@@ -326,6 +326,8 @@ class HBase2Backend(HBaseBackend):
     counting (``round_trips``, by Thrift2 method name) work as there.
     """
 
+    counts_at_allocation = True     # see Backend; increment_rows is a call per row here
+
     def __init__(self, host: str = "localhost", port: int = 9090, transport: str = "buffered",
                  protocol: str = "binary", table_prefix: str | None = "", pool_size: int = 10,
                  timeout_ms: int | None = 10000, **_ignored: object):

@@ -178,18 +178,21 @@ class Thrift2Handler:
             out.append((column.family, column.qualifier))
         return out
 
-    def _apply(self, table: bytes, row: bytes, deletes: list | None | bool,
-               puts: list) -> None:
-        """Deletes, then puts hidden by markers of this millisecond; one store transaction.
-        ``deletes`` False: none; None: the whole row.  Caller holds the write lock."""
+    def _apply(self, table: bytes, changes: list[tuple[bytes, list | None | bool, list]]
+               ) -> None:
+        """For each ``(row, deletes, puts)``: the deletes, then the puts that markers of this
+        millisecond do not hide; all in one store transaction (one commit however many rows
+        a putMultiple carries).  ``deletes`` False: none; None: the whole row.  The caller
+        holds the write lock."""
         store = self.h._table(table)
         self.h._tick()
         mutations: list[Mutation] = []
-        if deletes is not False:
-            mutations.append(self.h._deletes(store, table, row, deletes))
-        put = self.h._puts(table, row, puts)
-        if put:
-            mutations.append(put)
+        for row, deletes, puts in changes:
+            if deletes is not False:
+                mutations.append(self.h._deletes(store, table, row, deletes))
+            put = self.h._puts(table, row, puts)
+            if put:
+                mutations.append(put)
         if mutations:
             store.mutate_rows(mutations)
 
@@ -201,9 +204,7 @@ class Thrift2Handler:
     def putMultiple(self, table, tputs):
         with self.h._write:
             self.h._table(table)
-            plans = [(t.row, self._puts(table, t)) for t in tputs or ()]
-            for row, puts in plans:
-                self._apply(table, row, False, puts)
+            self._apply(table, [(t.row, False, self._puts(table, t)) for t in tputs or ()])
 
     @_api
     def deleteSingle(self, table, tdelete):
@@ -213,9 +214,8 @@ class Thrift2Handler:
     def deleteMultiple(self, table, tdeletes):
         with self.h._write:
             self.h._table(table)
-            plans = [(t.row, self._targets(table, t)) for t in tdeletes or ()]
-            for row, targets in plans:
-                self._apply(table, row, targets, [])
+            self._apply(table, [(t.row, self._targets(table, t), [])
+                                for t in tdeletes or ()])
         return []
 
     def _row_mutations(self, table: bytes, rm: T2.TRowMutations) -> tuple[list | None | bool,
@@ -238,7 +238,7 @@ class Thrift2Handler:
         with self.h._write:
             self.h._table(table)
             deletes, puts = self._row_mutations(table, trowMutations)
-            self._apply(table, trowMutations.row, deletes, puts)
+            self._apply(table, [(trowMutations.row, deletes, puts)])
 
     def _matches(self, table: bytes, row: bytes, family: bytes, qualifier: bytes,
                  value: bytes | None) -> bool:
@@ -255,7 +255,7 @@ class Thrift2Handler:
             puts = self._puts(table, tput)
             if not self._matches(table, row, family, qualifier, value):
                 return False
-            self._apply(table, row, False, puts)
+            self._apply(table, [(row, False, puts)])
             return True
 
     @_api
@@ -267,7 +267,7 @@ class Thrift2Handler:
             deletes, puts = self._row_mutations(table, rowMutations)
             if not self._matches(table, row, family, qualifier, value):
                 return False
-            self._apply(table, row, deletes, puts)
+            self._apply(table, [(row, deletes, puts)])
             return True
 
     @_api
