@@ -129,6 +129,10 @@ class StoredContent:
     info: dict
     header: bytes
     preview: str | None = None
+    whole: bytes | None = None
+    """The octets themselves when the message was held whole (at most a chunk), so that
+    what is derived from it at append (the text index) need not read them back: over HBase
+    that read is a round trip of every append."""
 
 
 @dataclass
@@ -309,7 +313,7 @@ class Messages:
         json_info = info.to_json()
         preview = _safe_preview(json_info, lambda start, stop: data[start:stop])
         return StoredContent(content_id, len(data), self.content.chunk_size, json_info,
-                             head[:info.header_size], preview)
+                             head[:info.header_size], preview, data)
 
     def preview(self, mailbox_id: bytes, view: MessageView) -> str:
         """The preview of ``view`` (RFC 8970): as stored, or, for a row stored before previews
