@@ -5,7 +5,7 @@
                                           [--skip-big]
     .venv/bin/python bench/store_bench.py --wire [--backend embedded|hbase] [--appends 2000]
                                           [--writers 1,16] [--latency-ms 0]
-                                          [--api thrift1,thrift2]
+                                          [--api thrift1,thrift2] [--text-index yes]
 
 ``--backend hbase`` (or its old name ``thrift``) runs the HBase backend through happybase over
 the in-process Thrift1 gateway (mailstore/testing/thrift_gateway.py).  ``--wire`` runs only the
@@ -147,7 +147,7 @@ class WireSetup:
             args.backend, os.path.join(tmp, api), args.synchronous, args.latency_ms / 1000,
             pool_size=4 * writers, api=api)
         create_schema(self.backend)
-        self.store = MailStore(self.backend)
+        self.store = MailStore(self.backend, text_index=args.text_index)
         self.backend.create_table("BENCH_RAW", CONTENT.family_options())
         self.raw = self.backend.table("BENCH_RAW")
         for w in range(writers):
@@ -245,7 +245,8 @@ def wire(args) -> None:
         finally:
             for setup in setups:
                 setup.close()
-    print(f"\nbackend={args.backend} api={args.api} wire latency={args.latency_ms} ms "
+    print(f"\nbackend={args.backend} api={args.api} text_index={args.text_index} "
+          f"wire latency={args.latency_ms} ms "
           f"synchronous={args.synchronous} appends={args.appends} rounds={args.rounds} "
           f"load average={os.getloadavg()[0]:.1f}\n")
     if trips:
@@ -277,6 +278,8 @@ def main() -> None:
                     help="the test gateway answers each call this late (hbase only)")
     ap.add_argument("--api", default="thrift1",
                     help="HBase Thrift API(s) for --wire, comma-separated: thrift1,thrift2")
+    ap.add_argument("--text-index", default="yes", choices=["yes", "lazy", "no"],
+                    help="[store] text_index of the stores --wire appends to")
     args = ap.parse_args()
     if args.backend == "thrift":
         args.backend = "hbase"
