@@ -13,6 +13,10 @@ The life of an append (see docs/decisions/0001-visibility-and-uids.md):
    mailbox's *watermark* reaches its UID.
 4. The watermark ``c:visible`` is advanced past the UID.
 
+Over HBase's Thrift2 API (``Backend.counts_at_allocation``, docs/decisions/0029) steps 2 and 3
+are one call each: the counts go with the UID and MODSEQ in one increment, and the row's
+counted marker with its cells and commit record in one atomic check-and-mutate.
+
 The watermark is what keeps RFC 3501 2.3.1.1's promise when appends commit out of order: a
 reader shows only UIDs at or below it, and it only moves past a UID once that UID is committed
 or abandoned.  A writer that died between steps 2 and 3 would hold it back forever, so a UID

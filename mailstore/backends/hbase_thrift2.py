@@ -19,7 +19,8 @@ wire-compatible subset of HBase's own.  What Thrift2 changes for the contract:
 * ``increment_rows``: Thrift2's ``increment`` names one row, so each row is one call, in the
   order given.  A client killed in between has applied a prefix of the rows -- the cut that
   a Thrift1 gateway dying inside ``incrementRows`` can make, which callers already order for
-  (decision 0004: counts that add before their marker).
+  (decision 0004: counts that add before their marker).  Appends therefore count with their
+  UID instead (``counts_at_allocation``): the same exposure in two calls fewer.
 
 Columns travel as (family, qualifier) pairs, so Thrift1's ``parseColumn`` quirks are gone; the
 delete-marker habits remain (HBase stamps a delete with the server's millisecond clock and it
