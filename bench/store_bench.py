@@ -5,6 +5,7 @@
                                           [--skip-big]
     .venv/bin/python bench/store_bench.py --wire [--backend embedded|hbase] [--appends 2000]
                                           [--writers 1,16] [--latency-ms 0]
+                                          [--api thrift1,thrift2] [--text-index yes]
 
 ``--backend hbase`` (or its old name ``thrift``) runs the HBase backend through happybase over
 the in-process Thrift1 gateway (mailstore/testing/thrift_gateway.py).  ``--wire`` runs only the
@@ -81,35 +82,16 @@ class Streamed(io.RawIOBase):
         return out
 
 
-class _Delayed:
-    """A gateway handler that answers each call ``delay`` seconds late (see --latency-ms)."""
-
-    def __init__(self, handler, delay: float):
-        self._handler = handler
-        self._delay = delay
-
-    def __getattr__(self, name: str):
-        method = getattr(self._handler, name)
-        if not callable(method):
-            return method
-
-        def late(*args):
-            time.sleep(self._delay)
-            return method(*args)
-        return late
-
-
 def open_backend(kind: str, path: str, synchronous: str, latency: float = 0.0,
-                 pool_size: int = 10):
+                 pool_size: int = 10, api: str = "thrift1"):
     if kind == "embedded":
         return EmbeddedBackend(path, synchronous=synchronous), None
-    from mailstore.backends.hbase import HBaseBackend
+    from mailstore.backends import open_hbase
     from mailstore.testing.thrift_gateway import ThriftGateway
-    gateway = ThriftGateway(EmbeddedBackend(path, synchronous=synchronous))
-    if latency:
-        gateway._handler = _Delayed(gateway._handler, latency)
+    gateway = ThriftGateway(EmbeddedBackend(path, synchronous=synchronous), api=api,
+                            delay=latency)
     gateway.start()
-    return HBaseBackend(host="127.0.0.1", port=gateway.port, pool_size=pool_size), gateway
+    return open_hbase(api, host="127.0.0.1", port=gateway.port, pool_size=pool_size), gateway
 
 
 def round_trips(backend) -> dict[str, int]:
@@ -155,92 +137,127 @@ def run_threads(count: int, work) -> float:
     return elapsed
 
 
+class WireSetup:
+    """One backend (over one API, with its own gateway and store) for :func:`wire`."""
+
+    def __init__(self, args, tmp: str, api: str, writers: int):
+        self.api = api
+        self.label = args.backend if args.backend == "embedded" else f"hbase {api}"
+        self.backend, self.gateway = open_backend(
+            args.backend, os.path.join(tmp, api), args.synchronous, args.latency_ms / 1000,
+            pool_size=4 * writers, api=api)
+        create_schema(self.backend)
+        self.store = MailStore(self.backend, text_index=args.text_index)
+        self.backend.create_table("BENCH_RAW", CONTENT.family_options())
+        self.raw = self.backend.table("BENCH_RAW")
+        for w in range(writers):
+            self.store.create_user(f"w{w}", "pw", default_folders=False)
+        self.raw_time: dict[int, float] = {}
+        self.append_time: dict[int, float] = {}
+
+    def close(self) -> None:
+        self.store.close()
+        if self.gateway:
+            self.gateway.stop()
+
+
+def round_trip_table(setup: WireSetup, k: int = 20) -> list[tuple[str, ...]]:
+    """Round trips per operation (one message each; IMAP passes the selected Mailbox)."""
+    store, raw, backend = setup.store, setup.raw, setup.backend
+    body = msg(0)
+    trips = []
+    store.create_user("rt", "pw", default_folders=False)
+    store.create_mailbox("rt", "Other")
+    inbox = store.mailbox("rt", "INBOX")
+    other = store.mailbox("rt", "Other")
+    store.append("rt", inbox, msg(0))     # warm the caches (families, mailbox ids)
+    ops = [
+        ("raw put, 10 KiB", lambda i: raw.put(b"rt%04d" % i, {b"c:1": body})),
+        ("APPEND 10 KiB (IMAP: mailbox known)", lambda i: store.append("rt", inbox, msg(i))),
+        ("APPEND 10 KiB by name", lambda i: store.append("rt", "INBOX", msg(i))),
+        ("deliver to 1 recipient", lambda i: store.deliver([("rt", "INBOX")], msg(i))),
+        ("deliver to 3 recipients", lambda i: store.deliver(
+            [("rt", "INBOX"), ("rt", "Other"), ("w0", "INBOX")], msg(i))),
+    ]
+    for name, op in ops:
+        n, took, split = per_op(backend, op, k)
+        trips.append((setup.label, name, f"{n:g}", f"{took * 1000:.1f} ms", split))
+    inbox = store.mailbox("rt", "INBOX")
+    uids = store.uids(inbox)
+    for name, op in [
+            ("STORE +FLAGS (\\Seen), one message",
+             lambda i: store.store_flags(inbox, [uids[i]], ["\\Seen"])),
+            ("COPY one message", lambda i: store.copy(inbox, [uids[i]], other)),
+            ("MOVE one message", lambda i: store.move(inbox, [uids[k + i]], other)),
+            ("EXPUNGE one message", lambda i: store.expunge(inbox, [uids[2 * k + i]]))]:
+        n, took, split = per_op(backend, op, k)
+        trips.append((setup.label, name, f"{n:g}", f"{took * 1000:.1f} ms", split))
+    return trips
+
+
 def wire(args) -> None:
-    """Round trips per operation, and appends against raw puts with concurrent writers."""
+    """Round trips per operation, and appends against raw puts with concurrent writers, for
+    each API of ``--api`` (HBase) in one run: the rounds of every API alternate, so the load of
+    the moment weighs on all of them alike."""
     writers = [int(w) for w in args.writers.split(",")]
+    apis = args.api.split(",") if args.backend == "hbase" else ["-"]
     rows: list[tuple[str, ...]] = []
-    trips: list[tuple[str, str, str, str]] = []
+    trips: list[tuple[str, ...]] = []
     with tempfile.TemporaryDirectory() as tmp:
-        backend, gateway = open_backend(args.backend, tmp, args.synchronous,
-                                        args.latency_ms / 1000, pool_size=4 * max(writers))
-        create_schema(backend)
-        store = MailStore(backend)
-        backend.create_table("BENCH_RAW", CONTENT.family_options())
-        raw = backend.table("BENCH_RAW")
-        for w in range(max(writers)):
-            store.create_user(f"w{w}", "pw", default_folders=False)
-        body = msg(0)
-
-        # -- round trips per operation (one message each; IMAP passes the selected Mailbox) --
-        store.create_user("rt", "pw", default_folders=False)
-        store.create_mailbox("rt", "Other")
-        inbox = store.mailbox("rt", "INBOX")
-        other = store.mailbox("rt", "Other")
-        k = 20
-        store.append("rt", inbox, msg(0))     # warm the caches (families, mailbox ids)
-        ops = [
-            ("raw put, 10 KiB", lambda i: raw.put(b"rt%04d" % i, {b"c:1": body})),
-            ("APPEND 10 KiB (IMAP: mailbox known)", lambda i: store.append("rt", inbox, msg(i))),
-            ("APPEND 10 KiB by name", lambda i: store.append("rt", "INBOX", msg(i))),
-            ("deliver to 1 recipient", lambda i: store.deliver([("rt", "INBOX")], msg(i))),
-            ("deliver to 3 recipients", lambda i: store.deliver(
-                [("rt", "INBOX"), ("rt", "Other"), ("w0", "INBOX")], msg(i))),
-        ]
-        for name, op in ops:
-            n, took, split = per_op(backend, op, k)
-            trips.append((name, f"{n:g}", f"{took * 1000:.1f} ms", split))
-        inbox = store.mailbox("rt", "INBOX")
-        uids = store.uids(inbox)
-        for name, op in [
-                ("STORE +FLAGS (\\Seen), one message",
-                 lambda i: store.store_flags(inbox, [uids[i]], ["\\Seen"])),
-                ("COPY one message", lambda i: store.copy(inbox, [uids[i]], other)),
-                ("MOVE one message", lambda i: store.move(inbox, [uids[k + i]], other)),
-                ("EXPUNGE one message", lambda i: store.expunge(inbox, [uids[2 * k + i]]))]:
-            n, took, split = per_op(backend, op, k)
-            trips.append((name, f"{n:g}", f"{took * 1000:.1f} ms", split))
-
-        # -- appends against raw puts, W concurrent writers (each its own mailbox) -----------
-        n = args.appends
-        seq = [0]
-        for count in writers:
-            boxes = [store.mailbox(f"w{w}", "INBOX") for w in range(count)]
-            raw_time = append_time = 0.0
+        setups = [WireSetup(args, tmp, api, max(writers)) for api in apis]
+        try:
+            for setup in setups:
+                trips += round_trip_table(setup)
+            body = msg(0)
+            n = args.appends
+            seq = [0]
             rounds = max(1, args.rounds)
-            per = max(1, n // (rounds * count))
-            for _r in range(rounds):
-                base = seq[0]
-                seq[0] += per * count
+            for count in writers:
+                per = max(1, n // (rounds * count))
+                for _r in range(rounds):
+                    for setup in setups:
+                        base = seq[0]
+                        seq[0] += per * count
+                        boxes = [setup.store.mailbox(f"w{w}", "INBOX") for w in range(count)]
 
-                def put(w: int, base=base, per=per) -> None:
-                    for i in range(per):
-                        raw.put(b"raw%02d%08d" % (w, base + i), {b"c:1": body})
-                        backend.sync()
+                        def put(w: int, base=base, per=per, setup=setup) -> None:
+                            for i in range(per):
+                                setup.raw.put(b"raw%02d%08d" % (w, base + i), {b"c:1": body})
+                                setup.backend.sync()
 
-                def append(w: int, per=per, boxes=boxes) -> None:
-                    for i in range(per):
-                        store.append(f"w{w}", boxes[w], msg(i))
-                raw_time += run_threads(count, put)
-                append_time += run_threads(count, append)
-            done = per * count * rounds
-            raw_rate, app_rate = rate(done, raw_time), rate(done, append_time)
-            rows.append((f"{count} writer{'s' if count > 1 else ''}", f"{raw_rate:,.0f}/s",
-                         f"{app_rate:,.0f}/s", f"{1000 * count / app_rate:.2f} ms",
-                         f"{app_rate / raw_rate:.2f} x",
-                         ">= 0.5 x" if count >= 16 else ">= 0.25 x" if count == 1 else ""))
-        store.close()
-        if gateway:
-            gateway.stop()
-    print(f"\nbackend={args.backend} wire latency={args.latency_ms} ms "
-          f"synchronous={args.synchronous} appends={args.appends} rounds={args.rounds}\n")
+                        def append(w: int, per=per, boxes=boxes, setup=setup) -> None:
+                            for i in range(per):
+                                setup.store.append(f"w{w}", boxes[w], msg(i))
+                        setup.raw_time[count] = (setup.raw_time.get(count, 0.0)
+                                                 + run_threads(count, put))
+                        setup.append_time[count] = (setup.append_time.get(count, 0.0)
+                                                    + run_threads(count, append))
+                done = per * count * rounds
+                for setup in setups:
+                    raw_rate = rate(done, setup.raw_time[count])
+                    app_rate = rate(done, setup.append_time[count])
+                    rows.append((setup.label, f"{count} writer{'s' if count > 1 else ''}",
+                                 f"{raw_rate:,.0f}/s", f"{app_rate:,.0f}/s",
+                                 f"{1000 * count / app_rate:.2f} ms",
+                                 f"{app_rate / raw_rate:.2f} x",
+                                 ">= 0.5 x" if count >= 16 else
+                                 ">= 0.25 x" if count == 1 else ""))
+        finally:
+            for setup in setups:
+                setup.close()
+    print(f"\nbackend={args.backend} api={args.api} text_index={args.text_index} "
+          f"wire latency={args.latency_ms} ms "
+          f"synchronous={args.synchronous} appends={args.appends} rounds={args.rounds} "
+          f"load average={os.getloadavg()[0]:.1f}\n")
     if trips:
-        print("| operation | Thrift round trips | time (1 writer) | by method |")
-        print("|---|---|---|---|")
+        print("| backend | operation | Thrift round trips | time (1 writer) | by method |")
+        print("|---|---|---|---|---|")
         for row in trips:
             print("| " + " | ".join(row) + " |")
         print()
-    print("| writers | raw put 10 KiB | store append 10 KiB | time per append | ratio | target |")
-    print("|---|---|---|---|---|---|")
+    print("| backend | writers | raw put 10 KiB | store append 10 KiB | time per append | ratio "
+          "| target |")
+    print("|---|---|---|---|---|---|---|")
     for row in rows:
         print("| " + " | ".join(row) + " |")
 
@@ -259,6 +276,10 @@ def main() -> None:
     ap.add_argument("--writers", default="1,16", help="concurrent writer counts for --wire")
     ap.add_argument("--latency-ms", type=float, default=0.0,
                     help="the test gateway answers each call this late (hbase only)")
+    ap.add_argument("--api", default="thrift1",
+                    help="HBase Thrift API(s) for --wire, comma-separated: thrift1,thrift2")
+    ap.add_argument("--text-index", default="yes", choices=["yes", "lazy", "no"],
+                    help="[store] text_index of the stores --wire appends to")
     args = ap.parse_args()
     if args.backend == "thrift":
         args.backend = "hbase"

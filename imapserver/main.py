@@ -45,6 +45,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--backend", choices=["embedded", "hbase"])
     p.add_argument("--hbase-host")
     p.add_argument("--hbase-port", type=int)
+    p.add_argument("--hbase-api", choices=["thrift1", "thrift2"],
+                   help="the HBase gateway's API: thrift1 (hbase thrift) or thrift2 "
+                   "(hbase thrift2)")
     p.add_argument("--hbase-table-prefix", metavar="PREFIX",
                    help="prefix of the HBase table names (PREFIX_JAMES_MESSAGES, ...)")
     p.add_argument("--host", help="address every listener binds to")
@@ -86,7 +89,7 @@ def port_arg(text: str) -> int | str:
 def load_config(args: argparse.Namespace) -> configmod.Config:
     overrides = {
         "store": {"data_dir": args.data_dir, "backend": args.backend},
-        "hbase": {"host": args.hbase_host, "port": args.hbase_port,
+        "hbase": {"host": args.hbase_host, "port": args.hbase_port, "api": args.hbase_api,
                   "table_prefix": args.hbase_table_prefix},
         "imap": {"port": args.imap_port, "imaps_port": args.imaps_port, "host": args.host},
         "delivery": {"smtp_port": args.smtp_port, "lmtp_port": args.lmtp_port,

@@ -176,6 +176,8 @@ SCHEMA: dict[str, dict[str, Key]] = {
     "hbase": {
         "host": Key(str, "localhost"),
         "port": Key(int, 9090),
+        # The gateway's API: thrift1 (hbase thrift) or thrift2 (hbase thrift2; decision 0029).
+        "api": Key(_choice("thrift1", "thrift2"), "thrift1"),
         "transport": Key(_choice("buffered", "framed"), "buffered"),
         "protocol": Key(_choice("binary", "compact"), "binary"),
         "table_prefix": Key(str, ""),

@@ -321,7 +321,10 @@ class Mailboxes:
                 deltas[SIZE] = size
             if unseen:
                 deltas[UNSEEN] = 1
-        values = self.rows.increment_many(mailbox_id, deltas, returning=(UID, MODSEQ))
+        # Every counter returned: one atomic call over HBase's Thrift2 (the only backend
+        # whose appends count here, Backend.counts_at_allocation), so the counts were applied
+        # if and only if the UID was taken.
+        values = self.rows.increment_many(mailbox_id, deltas, returning=tuple(deltas))
         return values[UID], values[MODSEQ]
 
     def add_counts(self, mailbox_id: bytes, messages: int = 0, unseen: int = 0,

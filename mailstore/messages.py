@@ -13,6 +13,10 @@ The life of an append (see docs/decisions/0001-visibility-and-uids.md):
    mailbox's *watermark* reaches its UID.
 4. The watermark ``c:visible`` is advanced past the UID.
 
+Over HBase's Thrift2 API (``Backend.counts_at_allocation``, docs/decisions/0029) steps 2 and 3
+are one call each: the counts go with the UID and MODSEQ in one increment, and the row's
+counted marker with its cells and commit record in one atomic check-and-mutate.
+
 The watermark is what keeps RFC 3501 2.3.1.1's promise when appends commit out of order: a
 reader shows only UIDs at or below it, and it only moves past a UID once that UID is committed
 or abandoned.  A writer that died between steps 2 and 3 would hold it back forever, so a UID
@@ -139,6 +143,10 @@ class StoredContent:
     info: dict
     header: bytes
     preview: str | None = None
+    whole: bytes | None = None
+    """The octets themselves when the message was held whole (at most a chunk), so that
+    what is derived from it at append (the text index) need not read them back: over HBase
+    that read is a round trip of every append."""
 
 
 @dataclass
@@ -317,7 +325,7 @@ class Messages:
         json_info = info.to_json()
         preview = _safe_preview(json_info, lambda start, stop: data[start:stop])
         return StoredContent(content_id, len(data), self.content.chunk_size, json_info,
-                             head[:info.header_size], preview)
+                             head[:info.header_size], preview, data)
 
     def preview(self, mailbox_id: bytes, view: MessageView) -> str:
         """The preview of ``view`` (RFC 8970): as stored, or, for a row stored before previews
@@ -363,31 +371,44 @@ class Messages:
         flag_set = canonical_flags(flags)
         date = self.clock() if internal_date is None else internal_date
         seen = "\\Seen" in flag_set
+        # Where the backend counts at allocation (HBase's Thrift2: decision 0029), the counts
+        # go with the UID and the row's counted marker with the commit, and a writer whose
+        # commit did not happen takes its own counts back (no marker: no one else does).
+        at_allocation = self.backend.counts_at_allocation
         for _attempt in range(5):
-            uid, modseq = self.boxes.allocate(mailbox.id)
+            if at_allocation:
+                uid, modseq = self.boxes.allocate(mailbox.id, stored.size, unseen=not seen)
+            else:
+                uid, modseq = self.boxes.allocate(mailbox.id)
             key = keys.message_key(mailbox.id, uid)
-            # The message is counted before it is committed (a reader may see the count a
-            # moment early, never late), and its row marked as counted in the same call: a
-            # writer killed before its commit leaves counts that whoever gives the UID up
-            # takes back exactly (decision 0004).
-            self._count(mailbox.id, key, stored.size, seen)
+            cells = self._pending_cells(stored, Flags(modseq, flag_set))
+            if at_allocation:
+                cells[COUNTED] = encode_counter(2 * stored.size + (not seen) + 1)
+            else:
+                # The message is counted before it is committed (a reader may see the count
+                # a moment early, never late), and its row marked as counted in the same
+                # call: a writer killed before its commit leaves counts that whoever gives
+                # the UID up takes back exactly (decision 0004).
+                self._count(mailbox.id, key, stored.size, seen)
             record = MessageRecord(uid=uid, content=stored.content_id, size=stored.size,
                                    internal_date=date, modseq=modseq,
                                    header_size=stored.info.get("header_size", 0),
                                    lines=stored.info.get("lines", 0),
                                    chunk_size=stored.chunk_size, save_date=self.clock())
             encoded = record.encode()
+            own = (stored.size, seen) if at_allocation else None
             try:
-                committed = self.table.put_then_check_and_put(
-                    key, self._pending_cells(stored, Flags(modseq, flag_set)), STATE, encoded)
+                committed = self.table.put_then_check_and_put(key, cells, STATE, encoded)
             except BaseException:
-                if not self._committed_after_all(mailbox.id, key, encoded):
+                if not self._committed_after_all(mailbox.id, key, encoded, own):
                     raise
                 committed = True
             if committed:
                 break
             # We were too slow and a reader gave our UID up (and, or we now, its counts).
             self._release(mailbox.id, key)
+            if own:
+                self._uncount(mailbox.id, *own)
         else:
             raise Conflict("could not commit the message: UIDs kept being abandoned")
         try:
@@ -411,15 +432,18 @@ class Messages:
             increments += self.count_also(mailbox_id, keys.message_key_uid(key))
         self.backend.increment_rows(increments)
 
-    def _committed_after_all(self, mailbox_id: bytes, key: bytes, record: bytes) -> bool:
+    def _committed_after_all(self, mailbox_id: bytes, key: bytes, record: bytes,
+                             own: tuple[int, bool] | None = None) -> bool:
         """After a commit call failed: True if it was applied all the same (its answer was
-        lost); else give the UID up and take its counts back, and return False.
+        lost); else give the UID up and take its counts back, and return False.  ``own``:
+        (size, seen) of counts taken with the UID, which no marker records (decision 0029).
 
         Raises :class:`Unpublished` when the store cannot tell: the message may be there, so
         its content reference must stay, and its counts stay with the row's :data:`COUNTED`
-        for whoever gives the UID up later if it was not committed."""
+        for whoever gives the UID up later if it was not committed (counts taken with the UID
+        then stay too high, for fsck)."""
         try:
-            return self._commit_outcome(mailbox_id, key, record)
+            return self._commit_outcome(mailbox_id, key, record, own=own)
         except Exception as exc:
             with self._uncounted_lock:
                 self._unsettled.append((mailbox_id, key, record))
@@ -427,7 +451,7 @@ class Messages:
                               keys.message_key_uid(key)) from exc
 
     def _commit_outcome(self, mailbox_id: bytes, key: bytes, record: bytes,
-                        later: bool = False) -> bool:
+                        later: bool = False, own: tuple[int, bool] | None = None) -> bool:
         """Whether the commit ``record`` of ``key`` was made; if not, the UID is given up
         and its counts taken back.  ``later``: asked after the append had returned, when the
         message may have been shown and removed since: a row gone at or below the watermark
@@ -442,11 +466,15 @@ class Messages:
                 return True
         if self.table.check_and_put(key, STATE, None, STATE, ABANDONED):
             self._release(mailbox_id, key)
+            if own:
+                self._uncount(mailbox_id, *own)
             return False
         state = self.table.row(key, [STATE]).get(STATE)
         if state == record or (later and state_of(state) != ABANDONED):
             return True     # committed (and perhaps claimed by a move or expunge since)
         self._release(mailbox_id, key)      # given up by another: ours to take back
+        if own:
+            self._uncount(mailbox_id, *own)
         return False
 
     def retry_owed(self) -> None:

@@ -22,6 +22,7 @@ only narrows it (docs/decisions/0026-text-index.md):
 from __future__ import annotations
 
 import contextlib
+import io
 import logging
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -190,10 +191,15 @@ class TextSearch:
         if cached is not False:
             return cached
         body = stored.info.get("body")
+        if stored.whole is not None:    # held whole: no read back (a round trip over HBase)
+            def open_reader():
+                return io.BytesIO(stored.whole)
+        else:
+            def open_reader():
+                return self.messages.content.open(stored.content_id, stored.size,
+                                                  stored.chunk_size)
         docs = message_docs(stored.header, body, stored.info.get("header_size", 0),
-                            stored.size,
-                            lambda: self.messages.content.open(stored.content_id, stored.size,
-                                                               stored.chunk_size))
+                            stored.size, open_reader)
         stored._text_docs = docs
         return docs
 

@@ -34,10 +34,15 @@ KEPT = frozenset({t.name for t in TABLES} | {"CONTRACT"})
 class HBaseTarget:
     """The session's Thrift server and its pool of table prefixes."""
 
-    def __init__(self, host: str, port: int, base: str, gateway=None):
+    def __init__(self, host: str, port: int, base: str, gateway=None,
+                 thrift2_port: int | None = None, thrift2_gateway=None):
         if not re.fullmatch(r"[A-Za-z][A-Za-z0-9]*", base):
             raise ValueError(f"HBASE_TEST_TABLE_PREFIX must be letters and digits: {base!r}")
         self.host, self.port, self.base, self.gateway = host, port, base, gateway
+        # The Thrift2 server (`hbase thrift2`) over the same tables, for the tests that run
+        # over both APIs; None when HBASE_THRIFT_HOST names a server and HBASE_THRIFT2_PORT
+        # does not.
+        self.thrift2_port, self.thrift2_gateway = thrift2_port, thrift2_gateway
         self._free: list[str] = []
         self._made = 0
 
@@ -46,12 +51,16 @@ class HBaseTarget:
         base = os.environ.get("HBASE_TEST_TABLE_PREFIX", "hbt")
         host = os.environ.get("HBASE_THRIFT_HOST")
         if host:
-            return cls(host, int(os.environ.get("HBASE_THRIFT_PORT", "9090")), base)
+            thrift2 = os.environ.get("HBASE_THRIFT2_PORT")
+            return cls(host, int(os.environ.get("HBASE_THRIFT_PORT", "9090")), base,
+                       thrift2_port=int(thrift2) if thrift2 else None)
         from mailstore.testing.thrift_gateway import ThriftGateway
 
         gateway = ThriftGateway(os.path.join(scratch_dir, "hbase"))
         gateway.start()
-        return cls("127.0.0.1", gateway.port, base, gateway)
+        # Thrift2 on its own port, over the same store and handler (one write lock).
+        thrift2 = ThriftGateway(gateway, api="thrift2").start()
+        return cls("127.0.0.1", gateway.port, base, gateway, thrift2.port, thrift2)
 
     def connection(self) -> happybase.Connection:
         return happybase.Connection(self.host, self.port, autoconnect=True)
@@ -123,6 +132,8 @@ class HBaseTarget:
                 finally:
                     conn.close()
         finally:
+            if self.thrift2_gateway is not None:
+                self.thrift2_gateway.stop()
             if self.gateway is not None:
                 self.gateway.stop()     # closes the embedded store it opened
 
@@ -134,13 +145,24 @@ class Lease:
         self.target, self.prefix = target, prefix
         self.host, self.port = target.host, target.port
 
-    def args(self) -> list[str]:
-        """The ``imapserver``/``mailadmin`` options that open this store."""
-        return ["--backend", "hbase", "--hbase-host", self.host, "--hbase-port", str(self.port),
-                "--hbase-table-prefix", self.prefix]
+    def _port(self, api: str) -> int:
+        if api == "thrift1":
+            return self.port
+        if self.target.thrift2_port is None:
+            import pytest
 
-    def backend(self, **options):
-        """A new :class:`HBaseBackend` on this prefix (the caller closes it)."""
-        from mailstore.backends.hbase import HBaseBackend
+            pytest.skip("HBASE_THRIFT_HOST names a server but HBASE_THRIFT2_PORT no Thrift2 "
+                        "one (`hbase thrift2 start`; docs/deploy.md)")
+        return self.target.thrift2_port
 
-        return HBaseBackend(host=self.host, port=self.port, table_prefix=self.prefix, **options)
+    def args(self, api: str = "thrift1") -> list[str]:
+        """The ``imapserver``/``mailadmin`` options that open this store over ``api``."""
+        return ["--backend", "hbase", "--hbase-host", self.host, "--hbase-port",
+                str(self._port(api)), "--hbase-api", api, "--hbase-table-prefix", self.prefix]
+
+    def backend(self, api: str = "thrift1", **options):
+        """A new HBase backend on this prefix over ``api`` (the caller closes it)."""
+        from mailstore.backends import open_hbase
+
+        return open_hbase(api, host=self.host, port=self._port(api), table_prefix=self.prefix,
+                          **options)

@@ -17,6 +17,7 @@ import pytest
 from mailstore.backends.base import Mutation, decode_counter, encode_counter
 from mailstore.backends.embedded import EmbeddedBackend
 from mailstore.errors import BackendUnavailable
+from tests.conftest import open_store
 from tests.gatewayproc import EXTERNAL_SKIP
 
 FAMILIES = {"m": {"max_versions": 1}, "f": {"max_versions": 1}}
@@ -24,6 +25,17 @@ FAMILIES = {"m": {"max_versions": 1}, "f": {"max_versions": 1}}
 KEYS = [b"\x00", b"\x00\x00", b"\x00\xff", b"a", b"a\x00", b"a\x00\x00", b"a\x01", b"a\xfe",
         b"a\xff", b"a\xff\x00", b"a\xff\xff", b"b", b"\xff", b"\xff\x00", b"\xff\xff"]
 SORTED = sorted(KEYS)   # Python compares bytes as memcmp does, which is HBase's row order
+
+
+@pytest.fixture(params=["embedded", "hbase", "hbase-thrift2"])
+def backend(request, tmp_path):
+    """The contract runs over every backend, and over both of HBase's Thrift APIs
+    (docs/decisions/0029): the session's Thrift1 and Thrift2 servers share one store."""
+    store = open_store(request, tmp_path, request.param)
+    try:
+        yield store
+    finally:
+        store.close()
 
 
 @pytest.fixture(params=[(False, None), (True, None), (False, ("m", 8))],
@@ -667,27 +679,33 @@ def free_port():
         return s.getsockname()[1]
 
 
-def test_hbase_backend_reports_an_unreachable_server_at_start_up():
-    from mailstore.backends.hbase import HBaseBackend
+APIS = ["thrift1", "thrift2"]
+"""HBase's two Thrift APIs: the HBase backend's own tests run over both."""
+
+
+@pytest.mark.parametrize("api", APIS)
+def test_hbase_backend_reports_an_unreachable_server_at_start_up(api):
+    from mailstore.backends import open_hbase
 
     port = free_port()
     with pytest.raises(BackendUnavailable, match=f"127.0.0.1:{port}"):
-        HBaseBackend(host="127.0.0.1", port=port)
+        open_hbase(api, host="127.0.0.1", port=port)
 
 
-@pytest.fixture
-def gateway(tmp_path):
+@pytest.fixture(params=APIS)
+def gateway(tmp_path, request):
     from mailstore.testing.thrift_gateway import ThriftGateway
 
-    with ThriftGateway(str(tmp_path / "gw")) as gw:
+    with ThriftGateway(str(tmp_path / "gw"), api=request.param) as gw:
         yield gw
 
 
 @pytest.fixture
 def hbase(gateway):
-    from mailstore.backends.hbase import HBaseBackend
+    from mailstore.backends import open_hbase
 
-    backend = HBaseBackend(host="127.0.0.1", port=gateway.port, table_prefix="x", pool_size=3)
+    backend = open_hbase(gateway.api, host="127.0.0.1", port=gateway.port, table_prefix="x",
+                         pool_size=3)
     yield backend
     backend.close()
 
@@ -720,10 +738,11 @@ def test_hbase_backend_reconnects_when_the_server_dropped_idle_connections(gatew
     assert t.row(b"r") == {b"m:a": b"2"}
 
 
-def test_hbase_concurrently_runs_the_calls_at_the_same_time(hbase_store):
+@pytest.mark.parametrize("api", APIS)
+def test_hbase_concurrently_runs_the_calls_at_the_same_time(hbase_store, api):
     """Over HBase the calls overlap, each on a pooled connection of its own: three calls
     that each wait for the other two before their put all get through."""
-    backend = hbase_store.backend()
+    backend = hbase_store.backend(api)
     try:
         backend.create_table("CONTRACT", FAMILIES)
         t = backend.table("CONTRACT")
@@ -737,10 +756,11 @@ def test_hbase_concurrently_runs_the_calls_at_the_same_time(hbase_store):
         backend.close()
 
 
-def test_hbase_concurrently_inside_concurrently_does_not_wait_for_ever(hbase_store):
+@pytest.mark.parametrize("api", APIS)
+def test_hbase_concurrently_inside_concurrently_does_not_wait_for_ever(hbase_store, api):
     """A call that overlaps calls of its own (an increment_many) from a worker thread runs
     them one by one there: with a single worker, waiting for another would never end."""
-    backend = hbase_store.backend(pool_size=2)
+    backend = hbase_store.backend(api, pool_size=2)
     try:
         backend.create_table("CONTRACT", FAMILIES)
         t = backend.table("CONTRACT")
@@ -759,12 +779,13 @@ def test_hbase_concurrently_inside_concurrently_does_not_wait_for_ever(hbase_sto
         backend.close()
 
 
+@pytest.mark.parametrize("api", APIS)
 def test_hbase_concurrently_with_one_pooled_connection_runs_in_the_callers_thread(
-        hbase_store):
+        hbase_store, api):
     """With ``pool_size = 1`` there is no connection to overlap on: the calls run one by
     one in the caller's thread instead of queueing for the only connection (where, with a
     short ``timeout_ms``, they would fail as unavailable)."""
-    backend = hbase_store.backend(pool_size=1)
+    backend = hbase_store.backend(api, pool_size=1)
     try:
         me = threading.get_ident()
         assert backend.concurrently(threading.get_ident, threading.get_ident) == [me, me]
@@ -793,13 +814,15 @@ def test_hbase_table_prefixes_keep_stores_apart(hbase_store):
         other.close()
 
 
-def test_hbase_backend_over_framed_transport_and_compact_protocol(tmp_path):
-    from mailstore.backends.hbase import HBaseBackend
+@pytest.mark.parametrize("api", APIS)
+def test_hbase_backend_over_framed_transport_and_compact_protocol(tmp_path, api):
+    from mailstore.backends import open_hbase
     from mailstore.testing.thrift_gateway import ThriftGateway
 
-    with ThriftGateway(str(tmp_path / "gw"), transport="framed", protocol="compact") as gw:
-        hb = HBaseBackend(host="127.0.0.1", port=gw.port, transport="framed",
-                          protocol="compact", table_prefix="fc")
+    with ThriftGateway(str(tmp_path / "gw"), transport="framed", protocol="compact",
+                       api=api) as gw:
+        hb = open_hbase(api, host="127.0.0.1", port=gw.port, transport="framed",
+                        protocol="compact", table_prefix="fc")
         try:
             assert hb.create_table("T", FAMILIES) is True
             t = hb.table("T")

@@ -20,18 +20,34 @@ DELAY = 0.1
 
 
 @pytest.fixture
-def slow_store(hbase_store, monkeypatch):
-    backend = hbase_store.backend()
-    store = MailStore(backend, text_index=False)  # the index adds its own calls (0026)
-    store.create_user("alice", "pw", default_folders=False)
-    real = backend._run
+def slow_stores(hbase_store, monkeypatch):
+    """``open(api, text_index=False, delay=DELAY)``: a store over ``api`` whose every call
+    is ``delay`` seconds slow, on a table prefix of its own, with a user ``alice``."""
+    opened = []
 
-    def late(what, call):
-        time.sleep(DELAY)
-        return real(what, call)
-    monkeypatch.setattr(backend, "_run", late)
-    yield store
-    store.close()
+    def open_store(api: str = "thrift1", text_index: bool = False,
+                   delay: float = DELAY) -> MailStore:
+        lease = hbase_store if not opened else hbase_store.another()
+        backend = lease.backend(api)
+        # Without the index by default: it adds its own calls (decision 0026).
+        store = MailStore(backend, text_index=text_index)
+        opened.append(store)
+        store.create_user("alice", "pw", default_folders=False)
+        real = backend._run
+
+        def late(what, call):
+            time.sleep(delay)
+            return real(what, call)
+        monkeypatch.setattr(backend, "_run", late)
+        return store
+    yield open_store
+    for store in opened:
+        store.close()
+
+
+@pytest.fixture
+def slow_store(slow_stores):
+    return slow_stores()
 
 
 def _fastest_append(store: MailStore, mailbox, tries: int = 3) -> float:
@@ -79,3 +95,39 @@ def test_delivery_to_three_recipients_overlaps_them(slow_store):
     assert [(r.user, r.mailbox, r.uid, r.error) for r in results] == [
         ("alice", "INBOX", 2, None), ("alice", "Lists", 2, None), ("bob", "INBOX", 2, None)]
     assert took < 10 * DELAY, f"delivery took {took:.2f} s: recipients one after the other"
+
+
+def test_append_over_thrift2_waits_for_four_round_trips_in_a_row(slow_stores):
+    """Over HBase's Thrift2 API (docs/decisions/0029) an APPEND makes five calls: the account
+    read and the content put together, then one ``increment`` taking the UID, the MODSEQ and
+    the counts at once (atomic for the mailbox row), one ``checkAndMutate`` putting the row,
+    its counted marker and its commit record if absent, and the watermark's check-and-put
+    (decision 0001's order).  Four in a row; counting in a call of its own and marking the
+    row in another, as over Thrift1, would be six."""
+    store = slow_stores("thrift2")
+    inbox = store.mailbox("alice", "INBOX")
+    before = store.backend.round_trips()
+    took = _fastest_append(store, inbox)
+    after = store.backend.round_trips()
+    assert sum(after.values()) - sum(before.values()) == 3 * 5
+    assert took < 4.7 * DELAY, f"APPEND took {took:.2f} s: more than four round trips in a row"
+    inbox = store.mailbox("alice", "INBOX")
+    assert store.uids(inbox) == [1, 2, 3] and inbox.messages == 3
+
+
+@pytest.mark.parametrize("api", ["thrift1", "thrift2"])
+def test_text_index_at_append_does_not_read_the_message_back(slow_stores, api):
+    """The text index (decision 0026) of a message held whole at APPEND comes from the octets
+    in hand: its posting rows and then its marker, two calls, and no read of the content
+    just written (one more round trip of every APPEND, before)."""
+    plain, indexed = slow_stores(api, delay=0), slow_stores(api, text_index=True, delay=0)
+    counts = []
+    for store in (plain, indexed):
+        inbox = store.mailbox("alice", "INBOX")
+        before = store.backend.round_trips()
+        store.append("alice", inbox, message(1, size=10_000))
+        after = store.backend.round_trips()
+        counts.append(sum(after.values()) - sum(before.values()))
+    assert counts[1] == counts[0] + 2, counts
+    inbox = indexed.mailbox("alice", "INBOX")
+    assert indexed.backend.text_index().markers(inbox.id) == {1: True}

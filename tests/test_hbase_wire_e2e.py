@@ -1,5 +1,5 @@
 """The HBase path end to end over the real Thrift wire: mailadmin and imapserver with
-``--backend hbase`` against the session's Thrift1 server (tests/hbasetarget.py: the gateway over
+``--backend hbase`` against the session's Thrift servers (tests/hbasetarget.py: the gateway over
 the embedded store, or a real HBase's when ``HBASE_THRIFT_HOST`` is set).
 """
 
@@ -10,6 +10,8 @@ import os
 import shutil
 import subprocess
 import sys
+
+import pytest
 
 from mailstore.admin.store_cmd import shell_bytes
 from mailstore.schema import Layout
@@ -22,11 +24,14 @@ def mailadmin(*args: str, stdin: str | None = None) -> subprocess.CompletedProce
                           timeout=120)
 
 
-def test_init_schema_user_and_imap_over_thrift(tmp_path, hbase_store):
+@pytest.mark.parametrize("api", ["thrift1", "thrift2"])
+def test_init_schema_user_and_imap_over_thrift(tmp_path, hbase_store, api):
     """Both programs open the store under ``--hbase-table-prefix``: the user mailadmin adds
-    is the one imapserver logs in, and nothing is created outside the prefix."""
-    hbase = hbase_store.args()
-    raw = hbase_store.backend(pool_size=1)
+    is the one imapserver logs in, and nothing is created outside the prefix -- over either
+    of HBase's Thrift APIs (``--hbase-api``; docs/decisions/0029), and so an APPEND (RFC 3501
+    6.3.11) answers APPENDUID (RFC 4315 3) and FETCH (RFC 3501 6.4.5) returns what it stored."""
+    hbase = hbase_store.args(api)
+    raw = hbase_store.backend(api, pool_size=1)
     try:
         raw.delete_table("JAMES_MESSAGES")      # one table to create: cheap on a real HBase
     finally:

@@ -46,6 +46,7 @@ def _common(suppress: bool) -> argparse.ArgumentParser:
     common.add_argument("--backend", choices=["embedded", "hbase"], **default)
     common.add_argument("--hbase-host", **default)
     common.add_argument("--hbase-port", type=int, **default)
+    common.add_argument("--hbase-api", choices=["thrift1", "thrift2"], **default)
     common.add_argument("--hbase-table-prefix", metavar="PREFIX", **default)
     if suppress:
         common.add_argument("--json", action="store_true", default=argparse.SUPPRESS,

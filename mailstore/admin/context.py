@@ -46,5 +46,6 @@ def load_config(args: argparse.Namespace) -> configmod.Config:
                            "backend": getattr(args, "backend", None)},
                  "hbase": {"host": getattr(args, "hbase_host", None),
                            "port": getattr(args, "hbase_port", None),
+                           "api": getattr(args, "hbase_api", None),
                            "table_prefix": getattr(args, "hbase_table_prefix", None)}}
     return configmod.load(getattr(args, "config", None), overrides)

@@ -1,7 +1,9 @@
 """Storage backends, registered by name (the way Dovecot registers mail drivers).
 
-``open_backend(config)`` picks one from the ``backend`` setting.  Only ``hbase.py`` imports
-happybase; the embedded backend needs nothing outside the standard library.
+``open_backend(config)`` picks one from the ``backend`` setting; ``hbase`` then picks its wire
+API from ``api``: ``thrift1`` (``hbase.py``, happybase over ``hbase thrift``) or ``thrift2``
+(``hbase_thrift2.py``, thriftpy2 over ``hbase thrift2``; docs/decisions/0029).  Only ``hbase.py``
+imports happybase; the embedded backend needs nothing outside the standard library.
 """
 
 from __future__ import annotations
@@ -13,8 +15,21 @@ from .base import Backend
 
 _REGISTRY: dict[str, str] = {
     "embedded": "mailstore.backends.embedded:EmbeddedBackend",
-    "hbase": "mailstore.backends.hbase:HBaseBackend",
+    "hbase": "mailstore.backends:open_hbase",
 }
+
+HBASE_APIS = ("thrift1", "thrift2")
+
+
+def open_hbase(api: str = "thrift1", **options: object) -> Backend:
+    """The HBase backend for the gateway's API (``[hbase] api``)."""
+    if api == "thrift2":
+        from .hbase_thrift2 import HBase2Backend
+        return HBase2Backend(**options)
+    if api != "thrift1":
+        raise ValueError(f"unknown HBase api {api!r} (known: {', '.join(HBASE_APIS)})")
+    from .hbase import HBaseBackend
+    return HBaseBackend(**options)
 
 
 def backend_names() -> list[str]:

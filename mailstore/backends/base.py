@@ -197,7 +197,9 @@ class Table(abc.ABC):
         taken has no counts to give back).  Round trips: the embedded backend makes one
         statement of the whole call; HBase's Thrift1 gateway returns no values from a batch of
         increments, so there each counter in ``returning`` costs one ``atomicIncrement``, one
-        after the other, and the others go together in one ``incrementRows`` after them.
+        after the other, and the others go together in one ``incrementRows`` after them;
+        Thrift2 takes the counters of ``returning`` in one atomic ``increment`` and the others
+        in a second.
         """
 
     @abc.abstractmethod
@@ -219,7 +221,8 @@ class Table(abc.ABC):
         they do here and over HBase's Thrift1 gateway (a put, then a check-and-put of one cell):
         a reader or a crash can then find ``data`` without ``column``, and when the check fails
         ``data`` has been put all the same.  A backend MAY instead apply both at once, putting
-        nothing when the check fails (the embedded backend does, in one statement).  Either way
+        nothing when the check fails (the embedded backend does, in one statement; HBase over
+        Thrift2 in one ``checkAndMutate``).  Either way
         a caller whose check failed removes ``data`` itself if it must.  ``column`` must not be
         one of ``data``'s cells.
         """
@@ -309,6 +312,16 @@ class Backend(abc.ABC):
 
     name: str
 
+    counts_at_allocation = False
+    """Whether an append counts its message in the call that takes its UID and marks its row
+    as counted in its commit call (``put_then_check_and_put``), instead of counting and
+    marking in one :meth:`increment_rows` between the two (docs/decisions/0004, 0029).  For a
+    backend whose ``increment_rows`` of two rows is two calls anyway (HBase's Thrift2 API has
+    no increment of several rows), so that a writer killed between them leaves the counters
+    too high however it is done, and whose ``put_then_check_and_put`` is atomic: two round
+    trips fewer per append, with the same exposure.  The embedded store and Thrift1 keep the
+    exact way."""
+
     local_reads = False
     """Whether a read returns without waiting on the network or another writer, in a few
     microseconds for a single row: such a read may run in the caller's thread (the IMAP
@@ -378,7 +391,10 @@ class Backend(abc.ABC):
         One call: a process killed while making it has applied all of it or none (the
         embedded backend runs it as one transaction; over HBase it is one Thrift1
         ``incrementRows``, which a killed client sent whole or not at all -- the gateway
-        applies it cell by cell, so a fault of the *gateway* mid-call MAY still cut it).  The
+        applies it cell by cell, so a fault of the *gateway* mid-call MAY still cut it).  Over
+        Thrift2, which has no increment of several rows, each row is one call in the order
+        given, so a killed client MAY leave a prefix of the rows applied: callers order the
+        rows so that a prefix errs the safe way, as they must for a gateway fault anyway.  The
         mail store counts an append's message and marks the message row as counted this way
         (docs/decisions/0004).  This default makes one call per row, without that guarantee.
         """

@@ -201,20 +201,17 @@ class HBaseTable(Table):
             want = batch if remaining is None else min(batch, remaining)
             if reverse:
                 ask = want + (1 if skip_upper else 0)
-                spec = TScan(startRow=upper, stopRow=_below(low), columns=cols, caching=ask,
-                             reversed=True)
+                page = self._fetch(upper, _below(low), cols, ask, True)
             else:
                 ask = want
-                spec = TScan(startRow=low, stopRow=high, columns=cols, caching=ask)
-            page = self.backend._run("scan", lambda c, spec=spec, ask=ask: self._page(c, spec, ask))
+                page = self._fetch(low, high, cols, ask, False)
             done = len(page) < ask
-            for item in page:
-                key = item.row
+            for key, cells in page:
                 if reverse and skip_upper and key == upper:
                     continue
                 if reverse and key < low:
                     return      # below the range: HBase's bound was only approximate
-                yield key, {col: cell.value for col, cell in item.columns.items()}
+                yield key, cells
                 if remaining is not None:
                     remaining -= 1
                     if remaining <= 0:
@@ -222,9 +219,19 @@ class HBaseTable(Table):
             if done or not page:
                 return
             if reverse:
-                upper, skip_upper = page[-1].row, True
+                upper, skip_upper = page[-1][0], True
             else:
-                low = page[-1].row + b"\x00"      # the first key after the last one seen
+                low = page[-1][0] + b"\x00"      # the first key after the last one seen
+
+    def _fetch(self, start: bytes | None, stop: bytes | None, cols: list[bytes] | None,
+               count: int, reverse: bool) -> list[tuple[bytes, Row]]:
+        """One page of a scan: at most ``count`` rows from HBase's ``startRow`` (inclusive)
+        towards ``stopRow`` (exclusive), downwards when ``reverse``."""
+        spec = TScan(startRow=start, stopRow=stop, columns=cols, caching=count,
+                     reversed=True if reverse else None)
+        page = self.backend._run("scan", lambda c: self._page(c, spec, count))
+        return [(item.row, {col: cell.value for col, cell in item.columns.items()})
+                for item in page]
 
     def _page(self, conn: happybase.Connection, spec: TScan, count: int) -> list:
         scanner = conn.client.scannerOpenWithScan(self._tname, spec, {})

@@ -614,28 +614,61 @@ for _name, _call in _ALIASES.items():
     setattr(_Handler, _name, _call)
 
 
-class ThriftGateway:
-    """Serve HBase's Thrift1 API for ``store`` on ``host:port`` (port 0: any free port).
+class _Late:
+    """A service handler whose every call answers ``delay`` seconds late."""
 
-    ``store`` is an :class:`EmbeddedBackend` (left open at :meth:`stop`) or a directory for a
-    new one (closed at :meth:`stop`).  ``transport`` and ``protocol`` select what the server
-    speaks, as ``hbase thrift start`` does with ``-f`` (framed) and ``-c`` (compact).  After
+    def __init__(self, handler: object, delay: float):
+        self._handler, self._delay = handler, delay
+
+    def __getattr__(self, name: str) -> object:
+        method = getattr(self._handler, name)
+        if not callable(method):
+            return method
+
+        def late(*args: object) -> object:
+            time.sleep(self._delay)
+            return method(*args)
+        return late
+
+
+class ThriftGateway:
+    """Serve HBase's Thrift1 API for ``store`` on ``host:port`` (port 0: any free port), or
+    its Thrift2 API with ``api="thrift2"`` (:mod:`.thrift2_gateway`).
+
+    ``delay`` (seconds) makes every call answer that late, sleeping without the GIL, as a
+    real gateway's network and WAL sync do (benchmarks: bench/store_bench.py --latency-ms).
+    ``store`` is an :class:`EmbeddedBackend` (left open at :meth:`stop`), a directory for a
+    new one (closed at :meth:`stop`), or another gateway, whose store and handler this one
+    shares (a Thrift2 port beside a Thrift1 one).  ``transport`` and ``protocol`` select what
+    the server speaks, as ``hbase thrift start`` does with ``-f`` (framed) and ``-c``
+    (compact).  After
     :meth:`start`, :attr:`port` is the bound port; a gateway stopped and started again binds the
     same port, which lets tests take the server away from a live client and bring it back.
     """
 
-    def __init__(self, store: EmbeddedBackend | str | os.PathLike, host: str = "127.0.0.1",
-                 port: int = 0, transport: str = "buffered", protocol: str = "binary"):
+    def __init__(self, store: EmbeddedBackend | str | os.PathLike | ThriftGateway,
+                 host: str = "127.0.0.1", port: int = 0, transport: str = "buffered",
+                 protocol: str = "binary", api: str = "thrift1", delay: float = 0.0):
         if transport not in _TRANSPORTS or protocol not in _PROTOCOLS:
             raise ValueError(f"unknown transport {transport!r} or protocol {protocol!r}")
-        self._owns_store = not isinstance(store, EmbeddedBackend)
-        self.store = EmbeddedBackend(os.fspath(store)) if self._owns_store else store
+        if api not in ("thrift1", "thrift2"):
+            raise ValueError(f"unknown api {api!r} (thrift1 or thrift2)")
+        # Another gateway as the store: serve its store through its handler (one write lock,
+        # one set of delete markers), as HBase's thrift and thrift2 servers share one cluster.
+        shared = store if isinstance(store, ThriftGateway) else None
+        self._owns_store = shared is None and not isinstance(store, EmbeddedBackend)
+        if shared is not None:
+            self.store = shared.store
+        else:
+            self.store = EmbeddedBackend(os.fspath(store)) if self._owns_store else store
         self.host = host
         self.port = port
-        self.transport, self.protocol = transport, protocol
+        self.transport, self.protocol, self.api = transport, protocol, api
+        self.delay = delay
         self._transports = _TRANSPORTS[transport]()
         self._protocols = _PROTOCOLS[protocol]()     # Text fields are binary: bytes anyway
-        self._handler = _Handler(self.store)
+        self._handler = shared._handler if shared is not None else _Handler(self.store)
+        self._owns_handler = shared is None
         self._lock = threading.Lock()
         self._clients: dict[threading.Thread, socket.socket] = {}
         self._listener: socket.socket | None = None
@@ -686,7 +719,8 @@ class ThriftGateway:
                 pass
         for thread in clients:
             thread.join(timeout=10)
-        self._handler.close()
+        if self._owns_handler:
+            self._handler.close()
         if self._owns_store:
             self.store.close()
 
@@ -713,7 +747,12 @@ class ThriftGateway:
     def _serve(self, sock: socket.socket) -> None:
         trans = self._transports.get_transport(TSocket(sock=sock))
         proto = self._protocols.get_protocol(trans)
-        processor = TProcessor(H.Hbase, self._handler)
+        if self.api == "thrift2":
+            from .thrift2_gateway import T2, Thrift2Handler
+            service, handler = T2.THBaseService, Thrift2Handler(self._handler)
+        else:
+            service, handler = H.Hbase, self._handler
+        processor = TProcessor(service, _Late(handler, self.delay) if self.delay else handler)
         try:
             while not self._stopping.is_set():
                 processor.process(proto, proto)
@@ -746,11 +785,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("data_dir")
     parser.add_argument("port", type=int)
     parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--api", choices=("thrift1", "thrift2"), default="thrift1",
+                        help="serve HBase's Thrift1 (hbase thrift) or Thrift2 (hbase thrift2) API")
     args = parser.parse_args(argv)
     done = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: done.set())
-    gateway = ThriftGateway(args.data_dir, host=args.host, port=args.port).start()
+    gateway = ThriftGateway(args.data_dir, host=args.host, port=args.port, api=args.api).start()
     print(f"thrift gateway listening on {gateway.host}:{gateway.port}", flush=True)
     try:
         while not done.wait(0.5):   # a timed wait, so that the signal handler gets to run
