@@ -353,9 +353,12 @@ def deliver(port: int, users: list[str], data: bytes, mid: str, ledger: Ledger,
 
 
 def killer(gateway: GatewayProcess, rng: random.Random, faults: int, until: float,
-           figures: Figures, stop: threading.Event) -> None:
-    """SIGKILL the gateway at a random moment, leave it down a random while, start it again."""
-    while figures.faults < faults and time.monotonic() < until and not stop.is_set():
+           figures: Figures, stop: threading.Event, busy: bool = False) -> None:
+    """SIGKILL the gateway at a random moment, leave it down a random while, start it again.
+    ``busy``: go on past ``faults`` until an APPEND and a delivery were acknowledged."""
+    while ((figures.faults < faults
+            or busy and not (figures.appends and figures.deliveries))
+           and time.monotonic() < until and not stop.is_set()):
         time.sleep(rng.uniform(0.1, 1.2))
         gateway.kill()
         figures.faults += 1
@@ -448,9 +451,11 @@ def check(port: int, gateway: GatewayProcess, ledger: Ledger, figures: Figures) 
 
 
 def run_loop(work_dir: str, faults: int, seconds: float, seed: int, clients: int = 4,
-             log=lambda line: None) -> Figures:
+             log=lambda line: None, busy: bool = False) -> Figures:
     """Kill the gateway ``faults`` times (or for ``seconds``) under ``clients`` IMAP sessions
-    and one LMTP deliverer, then check everything (see the module's docstring)."""
+    and one LMTP deliverer, then check everything (see the module's docstring).  ``busy``:
+    and on until an APPEND and a delivery were acknowledged (the gateway may be down in
+    most of the moments a few faults leave)."""
     figures = Figures()
     ledger = Ledger()
     rng = random.Random(seed)
@@ -483,7 +488,7 @@ def run_loop(work_dir: str, faults: int, seconds: float, seed: int, clients: int
                 last = -1
                 kill = threading.Thread(target=killer, args=(
                     gateway, random.Random(rng.random()), faults, start + seconds, figures,
-                    stop))
+                    stop, busy))
                 kill.start()
                 while kill.is_alive():
                     kill.join(timeout=5)

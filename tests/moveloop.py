@@ -160,9 +160,11 @@ def workload(port: int, rng: random.Random, acked: set[str], counter, figures: F
             client.close()
 
 
-def run_loop(data_dir: str, kills: int, seconds: float, seed: int, log=lambda s: None
-             ) -> Figures:
-    """Kill the server ``kills`` times (or for ``seconds``, whichever comes first)."""
+def run_loop(data_dir: str, kills: int, seconds: float, seed: int, log=lambda s: None,
+             min_moves: int = 0) -> Figures:
+    """Kill the server ``kills`` times (or for ``seconds``, whichever comes first), and on
+    until ``min_moves`` MOVEs were acknowledged (the kill moments are random: a run of early
+    kills may cut every set before its MOVE)."""
     conf = os.path.join(os.path.dirname(data_dir), "moveloop.conf")
     with open(conf, "w") as f:
         f.write(CONFIG)
@@ -175,7 +177,8 @@ def run_loop(data_dir: str, kills: int, seconds: float, seed: int, log=lambda s:
     counter = iter(range(10**9))
     figures = Figures()
     start = time.monotonic()
-    while figures.kills < kills and time.monotonic() - start < seconds:
+    while ((figures.kills < kills or figures.moves < min_moves)
+           and time.monotonic() - start < seconds):
         server = ServerProcess(data_dir, config=conf).start()
         try:
             check(data_dir, server.port, acked, figures)

@@ -33,6 +33,7 @@ def test_two_frontends_share_users_changes_and_uids(tmp_path):
 
         uids: dict[int, list[int]] = {0: [], 1: []}
         errors = []
+        acknowledged: list[float] = []  # when each APPEND's OK was read
 
         def appender(index: int, server) -> None:
             try:
@@ -41,23 +42,26 @@ def test_two_frontends_share_users_changes_and_uids(tmp_path):
                     data = message(index * 100 + i)
                     client.send(b"a APPEND INBOX {%d+}\r\n" % len(data) + data + b"\r\n")
                     last = client.until_tagged("a")[-1]
+                    acknowledged.append(time.monotonic())
                     uids[index].append(int(re.search(rb"APPENDUID \d+ (\d+)", last).group(1)))
                 client.close()
             except Exception as exc:  # reported below
                 errors.append(exc)
 
-        start = time.monotonic()
         threads = [threading.Thread(target=appender, args=(i, s)) for i, s in
                    enumerate((one, two))]
         for t in threads:
             t.start()
         watcher.sock.settimeout(5)
         first = watcher.read_line()
+        pushed = time.monotonic()
         assert re.fullmatch(rb"\* \d+ EXISTS", first)
-        assert time.monotonic() - start < 2.0
         for t in threads:
             t.join()
         assert not errors
+        # From the first APPEND's OK (the appenders' logins and connections, which a busy
+        # machine stretches, are not the push's time); it may even come before that OK.
+        assert pushed - min(acknowledged) < 2.0
         everything = uids[0] + uids[1]
         assert len(set(everything)) == 30
         assert uids[0] == sorted(uids[0]) and uids[1] == sorted(uids[1])
@@ -113,8 +117,8 @@ def test_flag_changes_and_moves_through_one_frontend_reach_the_other(tmp_path):
         assert watcher.read_line() == b"+ idling"
         watcher.sock.settimeout(5)
 
-        start = time.monotonic()
         editor.cmd("st", "STORE 2 +FLAGS.SILENT (\\Seen $Todo)")
+        start = time.monotonic()  # from the STORE's OK
         # The new keyword is announced before the FETCH that shows it (RFC 3501 7.2.6).
         assert watcher.read_line().startswith(b"* FLAGS (")
         assert watcher.read_line().startswith(b"* OK [PERMANENTFLAGS (")

@@ -348,6 +348,10 @@ def test_address_edge_cases(value, expected):
     assert parse_address_list(value) == expected
 
 
+# No deadline (as every other Hypothesis test here): on a busy machine the process can be
+# kept off the CPU for longer than the default 200 ms in the middle of one example, which
+# then fails the test as "unreliable test timings" (FlakyFailure).
+@settings(deadline=None)
 @given(st.text(alphabet=st.sampled_from(list('ab@.<>,;:"()\\[] \t\r\n\xe9')), max_size=60))
 def test_address_parser_never_raises(value):
     """Malformed headers must never make a message undeliverable."""
@@ -359,6 +363,7 @@ _WORD = st.text(alphabet=st.sampled_from(list("aZ09!#'*+/=?^_`{|}~.-")), min_siz
 _SPACE = st.text(alphabet=st.sampled_from([" ", "\t"]), max_size=2)
 
 
+@settings(deadline=None)  # as above
 @given(st.one_of(
     st.builds(lambda s1, words, s2, local, host, s3: (
         f"{s1}{' '.join(words)}{s2}<{local}@{host}>{s3}"),

@@ -120,9 +120,9 @@ def test_limits_turn_into_an_implicit_keep():
 def test_matches_cannot_blow_up():
     """RFC 5228 2.7.1 wildcards: a pattern built to make a backtracking matcher take
     exponential time runs in time proportional to pattern x value."""
-    started = time.monotonic()
+    started = time.thread_time()  # CPU time: what is bounded, and not stretched by load
     assert match(["a" * 20000], ["*a*a*a*a*a*a*a*a*a*a*b"], ":matches") == (False, None)
-    assert time.monotonic() - started < 2
+    assert time.thread_time() - started < 2
 
 
 def test_match_variables_and_comparators():
@@ -257,9 +257,10 @@ def test_a_long_matches_key_on_a_big_body_is_bounded_by_the_steps():
                                  "\n", big),
                                 (f'if header :matches "subject" "{key}" {{ discard; }}\n',
                                  long_subject)):
-            started = time.monotonic()
+            # CPU time, what the steps bound: 1.2 s here, 7 s of wall time on a busy machine
+            started = time.thread_time()
             result = run(script, message, ENVELOPE, env())
-            assert time.monotonic() - started < 5
+            assert time.thread_time() - started < 5
             assert kinds(result) == ["Store"]
             if "?" in key:
                 assert result.error and "steps" in result.error
@@ -321,10 +322,10 @@ def test_variable_expansion_is_counted_against_the_steps():
                       + "${x}" * 12000 + '";\n'}
     main = ('require ["variables", "include"];\nglobal "x";\nset "x" "' + "a" * 4096
             + '";\n' + 'include "big";\n' * 3000)
-    started = time.monotonic()
+    started = time.thread_time()  # CPU time: what the steps bound, not stretched by load
     result = run(main, MESSAGE, ENVELOPE,
                  env(get_script=lambda location, name: scripts.get(name)))
-    assert time.monotonic() - started < 5
+    assert time.thread_time() - started < 5
     assert result.error and "steps" in result.error and kinds(result) == ["Store"]
 
 

@@ -224,10 +224,10 @@ def test_references_speed_on_many_messages():
     specs = [(i, f"m{i}@x", (f"m{i - 1}@x",) if i % 5 else (), f"s{i // 5}", float(i))
              for i in range(1, n + 1)]
     e = entries(*specs)
-    start = time.perf_counter()
+    start = time.thread_time()  # CPU time (0.3 s here): the cost, not stretched by load
     threads = mailthreads.references(e, list(range(1, n + 1)))
     assert len(threads) == n // 5 + 1
-    assert time.perf_counter() - start < 10
+    assert time.thread_time() - start < 10
 
 
 def test_threading_pauses_the_collector_and_resumes_it():
@@ -249,6 +249,6 @@ def test_threading_pauses_the_collector_and_resumes_it():
 def test_pathological_subjects_are_cheap(subject):
     """A Subject built to make RFC 5256 2.1's repeated steps rescan it costs milliseconds at
     delivery, not seconds (only the first MAX_SUBJECT characters are looked at)."""
-    start = time.perf_counter()
+    start = time.thread_time()  # CPU time: a busy machine's scheduler pauses do not count
     base_subject(subject)
-    assert time.perf_counter() - start < 0.5
+    assert time.thread_time() - start < 0.5

@@ -314,15 +314,24 @@ def test_sighup_reopens_the_log_file_in_every_process(data_dir, tmp_path):
             assert time.monotonic() < deadline, "workers never ready"
             time.sleep(0.05)
         log.rename(tmp_path / "server.log.1")
+        pids = [int(pid) for pid in re.findall(r"worker_ready worker=\d+ pid=(\d+)",
+                                                (tmp_path / "server.log.1").read_text())]
+        assert len(pids) == 2
         server.proc.send_signal(signal.SIGHUP)
-        deadline = time.monotonic() + 10
-        workers = set()
+        # A session (RFC 3501 6.1.3: ending with LOGOUT) on each worker in turn, the other
+        # paused (which worker wins the accept race is the scheduler's choice), until each
+        # has logged one to the new file (the parent forwards the SIGHUP: a worker may end a
+        # session before it has reopened).
+        deadline = time.monotonic() + 30
+        workers: set[str] = set()
         while workers != {"1", "2"}:
             assert time.monotonic() < deadline, log.read_text() if log.exists() else "no log"
-            client = Client(server.port)  # RFC 3501 6.1.3: a session that ends with LOGOUT
-            client.cmd("a", "LOGIN ann pw")
-            client.cmd("z", "LOGOUT")
-            client.close()
+            for pid in pids:
+                with only(pid, pids):
+                    client = Client(server.port)
+                client.cmd("a", "LOGIN ann pw")
+                client.cmd("z", "LOGOUT")
+                client.close()
             time.sleep(0.05)
             if log.exists():
                 workers |= set(re.findall(r" imap session .* worker=(\d)$", log.read_text(),
