@@ -88,3 +88,16 @@ def connect(request, tmp_path):
     finally:
         for backend in opened:
             backend.close()
+
+
+def pytest_collection_modifyitems(config, items):
+    """``@pytest.mark.slow_on_hbase``: the case is slow (``make check-long`` only) when it
+    runs on the ``hbase`` backend; its embedded run stays in ``make test``.  For crash tests
+    that cut an operation at every write: over the wire each cut costs a gateway round of
+    its own, and the same recovery code runs on both backends."""
+    for item in items:
+        callspec = getattr(item, "callspec", None)
+        if (item.get_closest_marker("slow_on_hbase") and callspec is not None
+                and callspec.params.get("backend") == "hbase"):
+            item.add_marker(pytest.mark.slow)
+

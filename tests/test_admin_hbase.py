@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 import os
 
+import pytest
+
 from tests.admincli import generate, mbox_bytes, run, write_maildir
 
 
@@ -61,6 +63,7 @@ def session(where: tuple[str, ...], tmp_path, tag: str) -> list[object]:
     return steps
 
 
+@pytest.mark.slow  # ~10 s; tests/test_hbase_wire_e2e.py always runs a session over the wire
 def test_the_same_session_on_the_embedded_store_and_on_hbase(tmp_path, hbase_store):
     # The HBase prefix comes with the schema's tables (tests/hbasetarget.py): so does the
     # embedded store, and init-schema then finds nothing to create on either.

@@ -91,7 +91,7 @@ def _open_all(store: MailStore, user: str, *_rest) -> None:
         store.mailbox(user, name)
 
 
-@pytest.mark.parametrize("count", [1, 4])
+@pytest.mark.parametrize("count", [1, pytest.param(4, marks=pytest.mark.slow)])
 def test_move_cut_at_every_write_leaves_status_exact(backend, count):
     """RFC 6851 3.3 with decision 0003: MOVE of one message and of a set, cut at every
     write; after the roll forward STATUS MESSAGES/UNSEEN and the size counter equal the rows
@@ -106,6 +106,7 @@ def test_move_cut_at_every_write_leaves_status_exact(backend, count):
     assert points > 8 + 2 * count
 
 
+@pytest.mark.slow_on_hbase
 def test_move_into_the_same_mailbox_cut_at_every_write(backend):
     """RFC 6851 3.3: a move into the selected mailbox itself, cut at every write."""
     def move(store, user, uids):
@@ -114,7 +115,7 @@ def test_move_into_the_same_mailbox_cut_at_every_write(backend):
     crash_everywhere(backend, lambda s: _fill(s, 3), move, _open_all)
 
 
-@pytest.mark.parametrize("count", [1, 4])
+@pytest.mark.parametrize("count", [1, pytest.param(4, marks=pytest.mark.slow)])
 def test_expunge_cut_at_every_write_leaves_status_and_references_exact(backend, count):
     """RFC 3501 6.4.3: EXPUNGE cut at every write; the roll forward uncounts each message
     once and drops each content reference once (no content outlives its last message)."""
@@ -123,6 +124,7 @@ def test_expunge_cut_at_every_write_leaves_status_and_references_exact(backend, 
     crash_everywhere(backend, lambda s: _fill(s, count), expunge, _open_all)
 
 
+@pytest.mark.slow_on_hbase
 def test_expunge_of_copies_sharing_content_cut_at_every_write(backend):
     """RFC 3501 6.4.7 then 6.4.3: copies share one content row; expunging both copies at
     once drops two references from that row, once each, whatever the crash."""
@@ -184,6 +186,7 @@ def test_expunge_cut_after_deleting_its_rows_is_uncounted_once(backend):
     assert_exact(store, user, "roll forward")
 
 
+@pytest.mark.slow_on_hbase
 @pytest.mark.parametrize("mode,flags", [("add", ["\\Seen", "\\Flagged"]),
                                         ("remove", ["\\Seen"]), ("replace", ["$kw"])])
 def test_store_cut_at_every_write_keeps_unseen_exact(backend, mode, flags):
@@ -231,7 +234,7 @@ def test_append_cut_at_every_write_on_the_embedded_store(tmp_path):
         backend.close()
 
 
-@pytest.mark.parametrize("count", [1, 4])
+@pytest.mark.parametrize("count", [1, pytest.param(4, marks=pytest.mark.slow)])
 def test_copy_cut_at_every_write_leaves_status_and_references_exact(backend, count):
     """RFC 3501 6.4.7: COPY cut at every write; opening the target rolls it forward: each
     copy written once, counted once, holding one reference to its content.  Before, a cut
@@ -370,7 +373,7 @@ def test_a_roll_forward_takes_only_what_its_own_intent_claimed(backend, op):
 # -- beside main's features: release records, MODSEQs, REPLACE ---------------------------------
 
 
-@pytest.mark.parametrize("count", [1, 3])
+@pytest.mark.parametrize("count", [1, pytest.param(3, marks=pytest.mark.slow)])
 def test_expunge_with_a_release_grace_cut_at_every_write(backend, count):
     """RFC 3501 6.4.3 with decision 0011: released content waits out a grace period under a
     release record in JAMES_INTENTS, beside the intents.  Cut at every write, the roll
@@ -428,6 +431,7 @@ def _modseq_checker():
     return check
 
 
+@pytest.mark.slow_on_hbase
 def test_move_cut_at_every_write_keeps_modseqs_ordered(backend):
     """RFC 6851 3.3 with RFC 7162 3.2.10 (decision 0014 beside 0003/0004): a MOVE cut at
     every write and rolled forward gives its copies MODSEQs under the target's HIGHESTMODSEQ
@@ -437,6 +441,7 @@ def test_move_cut_at_every_write_keeps_modseqs_ordered(backend):
     crash_everywhere(backend, _modseq_setup, move, _modseq_checker())
 
 
+@pytest.mark.slow_on_hbase
 def test_expunge_cut_at_every_write_reports_vanished(backend):
     """RFC 7162 3.2.5.2: an EXPUNGE cut at every write and rolled forward is reported as
     VANISHED since the MODSEQ before it."""

@@ -15,9 +15,12 @@ from __future__ import annotations
 import os
 import time
 
+import pytest
+
 from tests.moveloop import run_loop
 
 
+@pytest.mark.slow  # a SIGKILL loop; test_crash_counters' MOVE cut at every write always runs
 def test_sigkill_during_moves_leaves_status_exact_and_fsck_clean(tmp_path):
     seed = int(os.environ.get("CRASH_SEED", time.time()))
     figures = run_loop(str(tmp_path / "store"),

@@ -37,6 +37,7 @@ def live(server):
     return server
 
 
+@pytest.mark.slow  # ~15 s; the COMPRESS fuzz run below always runs
 def test_imap_fuzz(live):
     """Generated and mutated IMAP commands in every state (RFC 3501 section 9)."""
 

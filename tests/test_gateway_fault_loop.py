@@ -16,12 +16,15 @@ from __future__ import annotations
 import os
 import time
 
+import pytest
+
 from tests.faultloop import run_loop
 from tests.gatewayproc import EXTERNAL_SKIP
 
 pytestmark = EXTERNAL_SKIP
 
 
+@pytest.mark.slow  # a loop of kills; tests/test_backend_faults.py's single faults always run
 def test_random_gateway_kills_lose_and_duplicate_nothing(tmp_path):
     seed = int(os.environ.get("FAULT_LOOP_SEED", time.time()))
     figures = run_loop(str(tmp_path), faults=int(os.environ.get("FAULT_LOOP_FAULTS", "6")),

@@ -317,6 +317,7 @@ def test_decompression_bomb_does_not_grow_the_server(server, conn):
     assert c.cmd("n", "NOOP")[-1] == b"n OK NOOP completed"
 
 
+@pytest.mark.slow  # ~20 s; test_imap_limits' uncompressed twin always runs
 def test_a_compressed_client_that_does_not_read_cannot_grow_server_memory(server, conn):
     """RFC 4978 4 with the output gate (protocol.py): compression keeps backpressure -- six
     pipelined FETCH 1:* BODY.PEEK[] of 30 hardly compressible 200 KB messages (36 MB of

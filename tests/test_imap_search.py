@@ -396,6 +396,7 @@ def test_resolve_is_slices_not_expansion():
 
 # -- cost: batches, tiers, short-circuits ---------------------------------------------------------
 
+@pytest.mark.slow  # ~20 s; the batch logic is also met by the smaller SEARCH tests
 def test_big_mailbox_searches_in_batches(tmp_path):
     from mailstore.backends.embedded import EmbeddedBackend
 
