@@ -25,7 +25,8 @@ _HANDLERS: dict[str, tuple[Callable, tuple[str, ...]]] = {}
 
 # Store calls by what they do, for the latency and error metrics (docs/metrics.md).
 _OPERATION_OF_FUNCTION = {
-    "_authenticate": "authenticate", "_open": "open_mailbox", "refresh": "refresh",
+    "_authenticate": "authenticate", "_authenticate_cached": "authenticate",
+    "_open": "open_mailbox", "refresh": "refresh",
     "_list_data": "list_mailboxes", "_recent_counts": "mailbox_status",
     "create_mailbox": "create_mailbox", "rename_mailbox": "rename_mailbox",
     "subscribe": "subscribe", "unsubscribe": "unsubscribe", "_render_batch": "fetch",
