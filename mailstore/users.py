@@ -9,13 +9,14 @@ one multi-get), which saves a write on every append and a counter that could dri
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
 import heapq
 import hmac
 import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from . import keys, names
@@ -96,6 +97,10 @@ class VerifiedCache:
     goes to scrypt.  Entries expire ``ttl`` seconds after the check that made them; at most
     ``size`` are kept (the expired, then the oldest, dropped first).  ``size`` or ``ttl`` of
     0 turns the cache off.  Safe to call from several threads.
+
+    Checks of one (user, stored hash, password) run one at a time (:meth:`checking`): when
+    many sessions of a user log in at once on a cold cache (a restart under 200 clients), the
+    first pays scrypt and the others find its entry, instead of each paying the same hash.
     """
 
     def __init__(self, clock: Callable[[], float], ttl: float = 3600.0, size: int = 10000):
@@ -105,6 +110,7 @@ class VerifiedCache:
         self.secret = os.urandom(32)
         self.entries: dict[bytes, float] = {}  # key -> expiry, oldest first
         self.lock = threading.Lock()
+        self.flights: dict[bytes, list] = {}  # key -> [lock, holders and waiters]
 
     @property
     def enabled(self) -> bool:
@@ -140,6 +146,26 @@ class VerifiedCache:
                 self._evict(now)
             self.entries.pop(key, None)  # re-inserted last: the order stays by expiry
             self.entries[key] = now + self.ttl
+
+    @contextlib.contextmanager
+    def checking(self, user: str, stored: bytes, password: str) -> Iterator[None]:
+        """Held while this login is checked (the cache asked, scrypt run, the result
+        remembered): other checks of the same login wait for it, then ask the cache again."""
+        if not self.enabled:
+            yield
+            return
+        key = self._key(user, stored, password)
+        with self.lock:
+            flight = self.flights.setdefault(key, [threading.Lock(), 0])
+            flight[1] += 1
+        try:
+            with flight[0]:
+                yield
+        finally:
+            with self.lock:
+                flight[1] -= 1
+                if not flight[1]:
+                    del self.flights[key]
 
     def _evict(self, now: float) -> None:
         """Make room: drop the expired entries, and if that freed too little a tenth of the
@@ -215,12 +241,16 @@ class Users:
         """The canonical user name if the password is right, else None (same cost either way:
         an unknown or malformed name is checked against a dummy hash)."""
         user, stored = self._stored_hash(name)
-        if user and stored and self.cache.hit(user, stored, password):
-            return user
-        ok = verify_password(password, stored.decode() if stored else _dummy_hash())
-        if ok and stored:
-            self.cache.remember(user, stored, password)
-        return user if ok and stored else None
+        if not (user and stored):
+            verify_password(password, _dummy_hash())
+            return None
+        with self.cache.checking(user, stored, password):
+            if self.cache.hit(user, stored, password):
+                return user
+            ok = verify_password(password, stored.decode())
+            if ok:
+                self.cache.remember(user, stored, password)
+        return user if ok else None
 
     def set_password(self, name: str, password: str) -> None:
         user = self.get(name).name

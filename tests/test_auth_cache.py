@@ -86,6 +86,23 @@ def test_cache_entries_expire_stay_bounded_and_can_be_turned_off(tmp_path, scryp
         off.close()
 
 
+def test_simultaneous_logins_of_one_user_pay_one_password_hash(tmp_path, scrypt_calls):
+    """Many sessions logging in as one user at once on a cold cache (a restart under load):
+    the first check pays scrypt, the others wait for it and find its entry; a wrong password
+    tried at the same time is still refused (RFC 3501 6.2.3)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from mailstore.backends.embedded import EmbeddedBackend
+    store = MailStore(EmbeddedBackend(str(tmp_path / "s"), synchronous="NORMAL"))
+    store.create_user("dan", "pw", default_folders=False)
+    with ThreadPoolExecutor(8) as pool:
+        results = list(pool.map(lambda pw: store.authenticate("dan", pw), ["pw"] * 8 + ["no"]))
+    assert results == ["dan"] * 8 + [None]
+    assert sorted(scrypt_calls) == ["no", "pw"]
+    assert store.users.cache.flights == {}
+    store.close()
+
+
 def test_auth_cache_settings_are_read_and_checked(tmp_path):
     """`[store] auth_cache_size` and `auth_cache_ttl` reach the store; bad values stop
     start-up with a message naming the key."""
