@@ -69,7 +69,7 @@ def _authenticate_cached(store, user: str, password: str) -> str | None:
 
 def _verify(ctx, user: str, password: str):
     """A Deferred firing with the canonical user name or None.  On a store with local reads
-    the cache is asked in this thread first (one read of a cell and an HMAC: ~50 us), since
+    the cache is asked in this thread first (one read of a cell and an HMAC: ~10 us), since
     under load the pool's queue holds other sessions' writes and their fsyncs, which a LOGIN
     would wait behind (p50 8.9 x tuned Dovecot's under 200 clients: bench/RESULTS.md, issue
     14); only a miss -- a first login, a changed or a wrong password -- goes to scrypt in the
