@@ -90,6 +90,9 @@ SCHEMA: dict[str, dict[str, Key]] = {
         "intent_timeout": Key(float, 60.0),
         "release_grace": Key(float, 3600.0),
         "text_index": Key(_choice("background", "yes", "lazy", "no"), "background"),
+        # Verified logins remembered per process (docs/decisions/0030-auth-cache.md).
+        "auth_cache_size": Key(_int_range(0, 10_000_000), 10000),
+        "auth_cache_ttl": Key(_int_range(0, 7 * 86400), 3600),
     },
     "imap": {
         "host": Key(str, "127.0.0.1"),
@@ -214,7 +217,7 @@ class Config:
         store = self.values["store"]
         options = {k: store[k] for k in ("chunk_size", "read_ahead", "max_message_size",
                                          "abandon_after", "intent_timeout", "release_grace",
-                                         "text_index")}
+                                         "text_index", "auth_cache_size", "auth_cache_ttl")}
         sieve = self.values["managesieve"]
         limits = ScriptLimits(sieve["max_scripts"], sieve["max_script_size"],
                               sieve["max_total_size"])

@@ -106,7 +106,8 @@ class MailStore:
                  abandon_after: float = 10.0, intent_timeout: float = 60.0,
                  release_grace: float = DEFAULT_GRACE, create_tables: bool = True,
                  layout: Layout | None = None, sieve_limits: ScriptLimits | None = None,
-                 text_index: bool | str = True):
+                 text_index: bool | str = True, auth_cache_size: int = 10000,
+                 auth_cache_ttl: float = 3600.0):
         self.backend = backend
         if create_tables:
             create_schema(backend, layout)
@@ -118,7 +119,7 @@ class MailStore:
         self.content = ContentStore(backend.table("JAMES_CONTENT"), chunk_size, read_ahead, clock,
                                     releases=backend.table(INTENTS.name), grace=release_grace)
         self.mailboxes = Mailboxes(backend, clock, self.user_keys)
-        self.users = Users(backend, clock, self.user_keys)
+        self.users = Users(backend, clock, self.user_keys, auth_cache_size, auth_cache_ttl)
         self.messages = Messages(backend, self.mailboxes, self.content, clock, sleep,
                                  abandon_after)
         self.changes = ChangeLog(backend, clock, abandon_after)
@@ -211,10 +212,16 @@ class MailStore:
         return user
 
     def authenticate(self, name: str, password: str) -> str | None:
+        """The canonical user name if ``password`` is ``name``'s, else None.  Costs a
+        password hash (scrypt, ~50 ms) unless this process verified the same password against
+        the same stored hash less than ``auth_cache_ttl`` seconds ago
+        (docs/decisions/0030-auth-cache.md)."""
         return self.users.authenticate(name, password)
 
     def authenticate_cached(self, name: str, password: str) -> str | None:
-        """:meth:`authenticate` if verified lately, else None (a miss, not a refusal)."""
+        """The canonical user name when the auth cache vouches for ``password`` (one read of
+        the user's password cell, no password hash); None when it cannot, which is not a
+        refusal: then call :meth:`authenticate`."""
         return self.users.authenticate_cached(name, password)
 
     def user(self, name: str) -> User:

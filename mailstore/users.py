@@ -9,12 +9,14 @@ one multi-get), which saves a write on every append and a counter that could dri
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
 import heapq
 import hmac
 import os
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from . import keys, names
@@ -85,11 +87,20 @@ class User:
 
 class VerifiedCache:
     """Recently verified logins, so a client that logs in for every sync does not pay scrypt
-    (~50 ms of CPU) each time -- Dovecot's auth cache does the same job.
+    (~50 ms of CPU) each time -- Dovecot's auth cache does the same job
+    (docs/decisions/0030-auth-cache.md).
 
-    Keys are a keyed digest of (user, stored hash, password) under a random per-process secret:
-    a changed password changes the stored hash and misses; no password is kept.  Entries expire
-    after ``ttl`` seconds; at most ``size`` are kept (oldest dropped first).
+    Keys are an HMAC-SHA256, under a random secret of this process, of (user, stored hash,
+    password): no password is kept, and a changed password -- by this process or another
+    (``mailadmin user passwd``) -- changes the stored hash, which every login reads, so the
+    old password misses at once.  Only successes are remembered: a wrong password always
+    goes to scrypt.  Entries expire ``ttl`` seconds after the check that made them; at most
+    ``size`` are kept (the expired, then the oldest, dropped first).  ``size`` or ``ttl`` of
+    0 turns the cache off.  Safe to call from several threads.
+
+    Checks of one (user, stored hash, password) run one at a time (:meth:`checking`): when
+    many sessions of a user log in at once on a cold cache (a restart under 200 clients), the
+    first pays scrypt and the others find its entry, instead of each paying the same hash.
     """
 
     def __init__(self, clock: Callable[[], float], ttl: float = 3600.0, size: int = 10000):
@@ -97,30 +108,87 @@ class VerifiedCache:
         self.ttl = ttl
         self.size = size
         self.secret = os.urandom(32)
-        self.entries: dict[bytes, float] = {}
+        self.entries: dict[bytes, float] = {}  # key -> expiry, oldest first
+        self.lock = threading.Lock()
+        self.flights: dict[bytes, list] = {}  # key -> [lock, holders and waiters]
+
+    @property
+    def enabled(self) -> bool:
+        return self.size > 0 and self.ttl > 0
 
     def _key(self, user: str, stored: bytes, password: str) -> bytes:
-        return hmac.new(self.secret, user.encode() + b"\0" + stored + b"\0" +
-                        password.encode(), hashlib.sha256).digest()
+        mac = hmac.new(self.secret, digestmod=hashlib.sha256)
+        for part in (user.encode(), stored, password.encode()):
+            # Length-prefixed, so no choice of fields can collide with another's.
+            mac.update(len(part).to_bytes(4, "big") + part)
+        return mac.digest()
 
     def hit(self, user: str, stored: bytes, password: str) -> bool:
-        expires = self.entries.get(self._key(user, stored, password))
-        return expires is not None and expires > self.clock()
+        if not self.enabled:
+            return False
+        key = self._key(user, stored, password)
+        expires = self.entries.get(key)
+        if expires is None:
+            return False
+        if expires > self.clock():
+            return True
+        with self.lock:
+            self.entries.pop(key, None)
+        return False
 
     def remember(self, user: str, stored: bytes, password: str) -> None:
+        if not self.enabled:
+            return
+        key = self._key(user, stored, password)
+        now = self.clock()
+        with self.lock:
+            if len(self.entries) >= self.size:
+                self._evict(now)
+            self.entries.pop(key, None)  # re-inserted last: the order stays by expiry
+            self.entries[key] = now + self.ttl
+
+    @contextlib.contextmanager
+    def checking(self, user: str, stored: bytes, password: str) -> Iterator[None]:
+        """Held while this login is checked (the cache asked, scrypt run, the result
+        remembered): other checks of the same login wait for it, then ask the cache again."""
+        if not self.enabled:
+            yield
+            return
+        key = self._key(user, stored, password)
+        with self.lock:
+            flight = self.flights.setdefault(key, [threading.Lock(), 0])
+            flight[1] += 1
+        try:
+            with flight[0]:
+                yield
+        finally:
+            with self.lock:
+                flight[1] -= 1
+                if not flight[1]:
+                    del self.flights[key]
+
+    def _evict(self, now: float) -> None:
+        """Make room: drop the expired entries, and if that freed too little a tenth of the
+        oldest (insertion order is expiry order, the TTL being one)."""
+        for old in [k for k, expires in self.entries.items() if expires <= now]:
+            del self.entries[old]
         if len(self.entries) >= self.size:
             for old in list(self.entries)[:self.size // 10 or 1]:
-                self.entries.pop(old, None)
-        self.entries[self._key(user, stored, password)] = self.clock() + self.ttl
+                del self.entries[old]
+
+    def clear(self) -> None:
+        with self.lock:
+            self.entries.clear()
 
 
 class Users:
     def __init__(self, backend: Backend, clock: Callable[[], float] = time.time,
-                 user_keys: keys.UserKeys | None = None):
+                 user_keys: keys.UserKeys | None = None, auth_cache_size: int = 10000,
+                 auth_cache_ttl: float = 3600.0):
         self.table = backend.table(USERS.name)
         self.keys = user_keys or keys.UserKeys()
         self.clock = clock
-        self.cache = VerifiedCache(clock)
+        self.cache = VerifiedCache(clock, auth_cache_ttl, auth_cache_size)
 
     def create(self, name: str, password: str | None) -> str:
         user = names.normalize_user(name)
@@ -149,31 +217,40 @@ class Users:
             return False
         return True
 
-    def authenticate(self, name: str, password: str) -> str | None:
-        """The canonical user name if the password is right, else None (same cost either way)."""
+    def _stored_hash(self, name: str) -> tuple[str | None, bytes | None]:
+        """(canonical name, stored password hash) -- (None, None) for a malformed name,
+        (name, None) for an unknown user: one read of one cell."""
         try:
             user = names.normalize_user(name)
         except InvalidName:
-            user = None
-        stored = (self.table.row(self.keys.user_key(user), [PASSWORD]).get(PASSWORD)
-                  if user else None)
-        if stored and self.cache.hit(user, stored, password):
-            return user
-        ok = verify_password(password, stored.decode() if stored else _dummy_hash())
-        if ok and stored:
-            self.cache.remember(user, stored, password)
-        return user if ok and stored else None
+            return None, None
+        return user, self.table.row(self.keys.user_key(user), [PASSWORD]).get(PASSWORD)
 
     def authenticate_cached(self, name: str, password: str) -> str | None:
-        """The canonical user name if this login was verified lately (the cache hits: one
-        row read and one HMAC, no hash), else None -- a wrong password and an unknown user
-        included: :meth:`authenticate` decides those, at the hash's cost."""
-        try:
-            user = names.normalize_user(name)
-        except InvalidName:
+        """The canonical user name if this very password was verified against the user's
+        current stored hash within the cache's TTL; else None, which means "not known" (a
+        wrong password, an unknown user and a cache miss alike): ask :meth:`authenticate`.
+        One read of the password cell and one HMAC, no scrypt: cheap enough for the reactor
+        on a store whose reads are local."""
+        user, stored = self._stored_hash(name)
+        if user and stored and self.cache.hit(user, stored, password):
+            return user
+        return None
+
+    def authenticate(self, name: str, password: str) -> str | None:
+        """The canonical user name if the password is right, else None (same cost either way:
+        an unknown or malformed name is checked against a dummy hash)."""
+        user, stored = self._stored_hash(name)
+        if not (user and stored):
+            verify_password(password, _dummy_hash())
             return None
-        stored = self.table.row(self.keys.user_key(user), [PASSWORD]).get(PASSWORD)
-        return user if stored and self.cache.hit(user, stored, password) else None
+        with self.cache.checking(user, stored, password):
+            if self.cache.hit(user, stored, password):
+                return user
+            ok = verify_password(password, stored.decode())
+            if ok:
+                self.cache.remember(user, stored, password)
+        return user if ok else None
 
     def set_password(self, name: str, password: str) -> None:
         user = self.get(name).name

@@ -9,7 +9,9 @@ Failed logins wait ``auth_failure_delay`` seconds and say the same whether the u
 not, or the name is not even a valid user name.  Logins and failed logins are logged (events
 ``login`` and ``login_failed``: user, mechanism, remote address; never the password,
 docs/logs.md) and counted (``hbaseimap_imap_logins_total``, docs/metrics.md).  Password
-checks (scrypt) run in the thread pool.
+checks (scrypt) run in the thread pool; a login the store's auth cache vouches for
+(docs/decisions/0030-auth-cache.md) is answered in the reactor's thread when the store's reads
+are local, without queueing behind other sessions' writes in the pool.
 """
 
 from __future__ import annotations
@@ -57,11 +59,27 @@ def _authenticate(store, user: str, password: str) -> str | None:
 
 
 def _authenticate_cached(store, user: str, password: str) -> str | None:
-    """The canonical user name if the login was verified lately, else None (not a refusal)."""
+    """The canonical user name if the auth cache vouches for the password, else None (not a
+    refusal: then :func:`_authenticate` decides)."""
     try:
         return store.authenticate_cached(user, password)
     except InvalidName:
         return None
+
+
+def _verify(ctx, user: str, password: str):
+    """A Deferred firing with the canonical user name or None.  On a store with local reads
+    the cache is asked in this thread first (one read of a cell and an HMAC: ~10 us), since
+    under load the pool's queue holds other sessions' writes and their fsyncs, which a LOGIN
+    would wait behind (p50 8.9 x tuned Dovecot's under 200 clients: bench/RESULTS.md, issue
+    14); only a miss -- a first login, a changed or a wrong password -- goes to scrypt in the
+    pool.  Elsewhere (HBase: the read is a network round trip) one pool call does both."""
+    if not ctx.store.backend.local_reads:
+        return ctx.call(_authenticate, ctx.store, user, password)
+    d = ctx.call_local(_authenticate_cached, ctx.store, user, password)
+    d.addCallback(lambda who: who if who is not None
+                  else ctx.call(_authenticate, ctx.store, user, password))
+    return d
 
 
 def _check_plaintext(ctx):
@@ -73,14 +91,7 @@ def _check_plaintext(ctx):
 @defer.inlineCallbacks
 def _login(ctx, user: str, password: str, mechanism: str):
     peer = ctx.conn.transport.getPeer()
-    who = None
-    if ctx.store.backend.local_reads:
-        # A login verified lately needs one row read and an HMAC, not the hash: answered in
-        # the reactor's thread, where a worker thread's round trip cost more than the check
-        # (connect+LOGIN+LOGOUT 0.73 ms against tuned Dovecot's 0.33, bench/RESULTS.md).
-        who = yield ctx.call_local(_authenticate_cached, ctx.store, user, password)
-    if who is None:
-        who = yield ctx.call(_authenticate, ctx.store, user, password)
+    who = yield _verify(ctx, user, password)
     if who is None:
         LOGINS.labels("failed").inc()
         log.warn("login_failed", user=user, mechanism=mechanism,
