@@ -27,6 +27,7 @@ on the same cell the writer would commit: exactly one of the two wins.
 from __future__ import annotations
 
 import io
+import logging
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -61,6 +62,8 @@ from .records import (
     state_of,
 )
 from .schema import MAILBOXES, MESSAGES
+
+log = logging.getLogger(__name__)
 
 STATE = b"m:s"
 ENVELOPE = b"m:env"
@@ -398,7 +401,7 @@ class Messages:
             encoded = record.encode()
             own = (stored.size, seen) if at_allocation else None
             try:
-                committed = self.table.put_then_check_and_put(key, cells, STATE, encoded)
+                committed = self._commit(mailbox.id, key, cells, encoded, at_allocation)
             except BaseException:
                 if not self._committed_after_all(mailbox.id, key, encoded, own):
                     raise
@@ -417,6 +420,29 @@ class Messages:
             # Committed: the row owns its content reference now, whatever callers undo.
             raise Unpublished(f"message {uid} stored, not yet visible: {exc}", uid) from exc
         return uid, modseq
+
+    def _commit(self, mailbox_id: bytes, key: bytes, cells: dict[bytes, bytes],
+                encoded: bytes, at_allocation: bool) -> bool:
+        """The commit call of an append: whether it committed.  Where the counts went with
+        the UID (no :meth:`_count`, whose call carries :attr:`count_also`), what rides there
+        -- the background indexer's queue cell -- is written beside the commit, overlapped
+        with it (one call more, none more in a row).  Queued before or with the commit, as
+        over Thrift1: a UID queued but not committed is dropped by the indexer (at or below
+        the watermark without a visible message); one committed and not queued would never
+        be indexed until fsck --repair."""
+        def commit() -> bool:
+            return self.table.put_then_check_and_put(key, cells, STATE, encoded)
+        if not at_allocation or self.count_also is None:
+            return commit()
+        also = self.count_also(mailbox_id, keys.message_key_uid(key))
+
+        def queue() -> None:
+            try:
+                self.backend.increment_rows(also)
+            except Exception as exc:  # noqa: BLE001 - derived data: scanned, fsck queues it
+                log.warning("message %d not queued for the text index: %s",
+                            keys.message_key_uid(key), exc)
+        return self.backend.concurrently(commit, queue)[0]
 
     def _count(self, mailbox_id: bytes, key: bytes, size: int, seen: bool) -> None:
         """Count one message of ``size`` octets in the mailbox and mark its row ``key`` as

@@ -316,3 +316,23 @@ def test_embedded_groups_queue_on_the_process_lock_and_always_release_it(tmp_pat
     assert 0.1 < waited < 1.5
     assert table.row(b"r") == {b"f:x": b"2", b"f:y": b"1", b"f:z": b"1"}
     backend.close()
+
+
+def test_thrift2_appends_queue_their_messages(hbase_store):
+    """Over Thrift2 an append counts with its UID (decision 0029) and so makes no counting
+    call for the queue cell to ride in: it is written beside the commit instead.  Before,
+    no APPEND over Thrift2 was ever queued, so the background indexer never indexed one and
+    every SEARCH of a text key (RFC 3501 6.4.4) scanned every message for good."""
+    store = MailStore(hbase_store.backend("thrift2"), text_index="background")
+    try:
+        store.create_user("hal", "pw", default_folders=False)
+        for n in range(3):
+            store.append("hal", "INBOX", message(n, body=b"plain words %d\r\n" % n))
+        store.append("hal", "INBOX", message(3, body=b"the zebrafish needle\r\n"))
+        box = store.mailbox("hal", "INBOX")
+        assert store.text.queue.count() == 4
+        assert BackgroundIndexer(store).run_once() == 4
+        assert store.text.check(box.id, store.uids(box)) == ([], [])
+        assert _found(store, box, b"BODY", "zebrafish") == [4]
+    finally:
+        store.close()
