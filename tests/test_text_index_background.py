@@ -9,6 +9,7 @@ from __future__ import annotations
 import imaplib
 import json
 import random
+import threading
 import time
 
 import pytest
@@ -336,3 +337,34 @@ def test_thrift2_appends_queue_their_messages(hbase_store):
         assert _found(store, box, b"BODY", "zebrafish") == [4]
     finally:
         store.close()
+
+
+def test_stop_comes_after_the_batch_in_progress_not_the_pass(tmp_path, monkeypatch):
+    """A server's shutdown waits for the indexer thread (imapserver/services.py): ``stop``
+    lets the batch in progress finish and leaves the rest queued, even when one pass holds
+    many batches (a backlog).  Before, the thread went on to the end of the pass -- here 3 s,
+    after a backlog of deliveries minutes -- and a shutdown past ``stop``'s join timeout
+    closed the store under it.  What stays queued is scanned meanwhile (RFC 3501 6.4.4)."""
+    store = MailStore(EmbeddedBackend(str(tmp_path / "s")), text_index="background")
+    store.create_user("ann", "pw")
+    for n in range(60):
+        store.append("ann", "INBOX", message(n, body=b"words %d\r\n" % n))
+    started = threading.Event()
+    real = store.text.docs_of_view
+
+    def slow(view):
+        started.set()
+        time.sleep(0.05)
+        return real(view)
+    monkeypatch.setattr(store.text, "docs_of_view", slow)
+    indexer = BackgroundIndexer(store, batch=2, interval=0.01)
+    indexer.start()
+    try:
+        assert started.wait(10)
+    finally:
+        begun = time.monotonic()
+        indexer.stop()
+        took = time.monotonic() - begun
+    assert took < 1.0, f"stop took {took:.2f} s"
+    assert 0 < store.text.queue.count() < 60
+    store.close()
