@@ -258,10 +258,12 @@ class Messages:
         # cell rides in it, durable before the message is, at no extra round trip.
         self.count_also: Callable[[bytes, int], list] | None = None
         # Appends whose commit call failed and whose outcome the store could not tell
-        # (Unpublished): (mailbox, row key, commit record).  Settled by retry_owed once the
-        # store answers: if the commit was not made, the UID is given up and the content
+        # (Unpublished): (mailbox, row key, commit record, counts taken with the UID or
+        # None).  Settled by retry_owed once the store answers: if the commit was not made,
+        # the UID is given up, the counts its writer took at allocation (Thrift2: no marker
+        # records them, so no one else takes them back) taken back, and the content
         # reference the append held given back, once (issue 16).
-        self._unsettled: list[tuple[bytes, bytes, bytes]] = []
+        self._unsettled: list[tuple[bytes, bytes, bytes, tuple[int, bool] | None]] = []
         # Take-backs of claimed counts not confirmed by the store: (mailbox, size, unseen,
         # marker), see _take_back_once.
         self._owed_counts: list[tuple[bytes, int, int, bytes]] = []
@@ -466,13 +468,14 @@ class Messages:
 
         Raises :class:`Unpublished` when the store cannot tell: the message may be there, so
         its content reference must stay, and its counts stay with the row's :data:`COUNTED`
-        for whoever gives the UID up later if it was not committed (counts taken with the UID
-        then stay too high, for fsck)."""
+        for whoever gives the UID up later if it was not committed; counts taken with the UID
+        (``own``), which no marker records, are taken back by this process's
+        :meth:`retry_owed` once the store answers (too high, for fsck, only if it dies first)."""
         try:
             return self._commit_outcome(mailbox_id, key, record, own=own)
         except Exception as exc:
             with self._uncounted_lock:
-                self._unsettled.append((mailbox_id, key, record))
+                self._unsettled.append((mailbox_id, key, record, own))
             raise Unpublished(f"message {keys.message_key_uid(key)} may be stored: {exc}",
                               keys.message_key_uid(key)) from exc
 
@@ -517,13 +520,13 @@ class Messages:
             self._take_back_once(*entry)
         for key in strips:
             self._strip(key)
-        for mailbox_id, key, record in pending:
+        for mailbox_id, key, record, own in pending:
             try:
-                if not self._commit_outcome(mailbox_id, key, record, later=True):
+                if not self._commit_outcome(mailbox_id, key, record, later=True, own=own):
                     self.content.give_back(MessageRecord.decode(record).content)
             except Exception:  # still failing: settled next time
                 with self._uncounted_lock:
-                    self._unsettled.append((mailbox_id, key, record))
+                    self._unsettled.append((mailbox_id, key, record, own))
 
     def _release(self, mailbox_id: bytes, key: bytes, counted: bytes | None = None) -> None:
         """Take back what an append counted for the abandoned UID ``key`` (once, whoever calls:
