@@ -147,6 +147,8 @@ class BackgroundIndexer:
         got an entry.  Raises MailStoreError if the store fails (queued work stays)."""
         done = 0
         for mailbox_id, uids in self.queue.pending():
+            if self._stop.is_set():
+                break   # stopping: what is left stays queued for the next start
             done += self.index_mailbox(mailbox_id, uids)
         self.indexed += done
         return done
@@ -171,6 +173,11 @@ class BackgroundIndexer:
         ready = [uid for uid in uids if uid <= visible]  # above: an append in flight
         done = 0
         for start in range(0, len(ready), self.batch):
+            if self._stop.is_set():
+                # A pass may hold thousands of messages (a backlog after a burst of
+                # deliveries); the server's shutdown waits for this thread, so it stops
+                # after the batch in progress, not the pass.
+                break
             done += self._index_batch(mailbox_id, ready[start:start + self.batch], visible)
         return done
 

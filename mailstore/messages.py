@@ -27,6 +27,7 @@ on the same cell the writer would commit: exactly one of the two wins.
 from __future__ import annotations
 
 import io
+import logging
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -61,6 +62,8 @@ from .records import (
     state_of,
 )
 from .schema import MAILBOXES, MESSAGES
+
+log = logging.getLogger(__name__)
 
 STATE = b"m:s"
 ENVELOPE = b"m:env"
@@ -255,10 +258,12 @@ class Messages:
         # cell rides in it, durable before the message is, at no extra round trip.
         self.count_also: Callable[[bytes, int], list] | None = None
         # Appends whose commit call failed and whose outcome the store could not tell
-        # (Unpublished): (mailbox, row key, commit record).  Settled by retry_owed once the
-        # store answers: if the commit was not made, the UID is given up and the content
+        # (Unpublished): (mailbox, row key, commit record, counts taken with the UID or
+        # None).  Settled by retry_owed once the store answers: if the commit was not made,
+        # the UID is given up, the counts its writer took at allocation (Thrift2: no marker
+        # records them, so no one else takes them back) taken back, and the content
         # reference the append held given back, once (issue 16).
-        self._unsettled: list[tuple[bytes, bytes, bytes]] = []
+        self._unsettled: list[tuple[bytes, bytes, bytes, tuple[int, bool] | None]] = []
         # Take-backs of claimed counts not confirmed by the store: (mailbox, size, unseen,
         # marker), see _take_back_once.
         self._owed_counts: list[tuple[bytes, int, int, bytes]] = []
@@ -398,7 +403,7 @@ class Messages:
             encoded = record.encode()
             own = (stored.size, seen) if at_allocation else None
             try:
-                committed = self.table.put_then_check_and_put(key, cells, STATE, encoded)
+                committed = self._commit(mailbox.id, key, cells, encoded, at_allocation)
             except BaseException:
                 if not self._committed_after_all(mailbox.id, key, encoded, own):
                     raise
@@ -417,6 +422,29 @@ class Messages:
             # Committed: the row owns its content reference now, whatever callers undo.
             raise Unpublished(f"message {uid} stored, not yet visible: {exc}", uid) from exc
         return uid, modseq
+
+    def _commit(self, mailbox_id: bytes, key: bytes, cells: dict[bytes, bytes],
+                encoded: bytes, at_allocation: bool) -> bool:
+        """The commit call of an append: whether it committed.  Where the counts went with
+        the UID (no :meth:`_count`, whose call carries :attr:`count_also`), what rides there
+        -- the background indexer's queue cell -- is written beside the commit, overlapped
+        with it (one call more, none more in a row).  Queued before or with the commit, as
+        over Thrift1: a UID queued but not committed is dropped by the indexer (at or below
+        the watermark without a visible message); one committed and not queued would never
+        be indexed until fsck --repair."""
+        def commit() -> bool:
+            return self.table.put_then_check_and_put(key, cells, STATE, encoded)
+        if not at_allocation or self.count_also is None:
+            return commit()
+        also = self.count_also(mailbox_id, keys.message_key_uid(key))
+
+        def queue() -> None:
+            try:
+                self.backend.increment_rows(also)
+            except Exception as exc:  # noqa: BLE001 - derived data: scanned, fsck queues it
+                log.warning("message %d not queued for the text index: %s",
+                            keys.message_key_uid(key), exc)
+        return self.backend.concurrently(commit, queue)[0]
 
     def _count(self, mailbox_id: bytes, key: bytes, size: int, seen: bool) -> None:
         """Count one message of ``size`` octets in the mailbox and mark its row ``key`` as
@@ -440,13 +468,14 @@ class Messages:
 
         Raises :class:`Unpublished` when the store cannot tell: the message may be there, so
         its content reference must stay, and its counts stay with the row's :data:`COUNTED`
-        for whoever gives the UID up later if it was not committed (counts taken with the UID
-        then stay too high, for fsck)."""
+        for whoever gives the UID up later if it was not committed; counts taken with the UID
+        (``own``), which no marker records, are taken back by this process's
+        :meth:`retry_owed` once the store answers (too high, for fsck, only if it dies first)."""
         try:
             return self._commit_outcome(mailbox_id, key, record, own=own)
         except Exception as exc:
             with self._uncounted_lock:
-                self._unsettled.append((mailbox_id, key, record))
+                self._unsettled.append((mailbox_id, key, record, own))
             raise Unpublished(f"message {keys.message_key_uid(key)} may be stored: {exc}",
                               keys.message_key_uid(key)) from exc
 
@@ -491,13 +520,13 @@ class Messages:
             self._take_back_once(*entry)
         for key in strips:
             self._strip(key)
-        for mailbox_id, key, record in pending:
+        for mailbox_id, key, record, own in pending:
             try:
-                if not self._commit_outcome(mailbox_id, key, record, later=True):
+                if not self._commit_outcome(mailbox_id, key, record, later=True, own=own):
                     self.content.give_back(MessageRecord.decode(record).content)
             except Exception:  # still failing: settled next time
                 with self._uncounted_lock:
-                    self._unsettled.append((mailbox_id, key, record))
+                    self._unsettled.append((mailbox_id, key, record, own))
 
     def _release(self, mailbox_id: bytes, key: bytes, counted: bytes | None = None) -> None:
         """Take back what an append counted for the abandoned UID ``key`` (once, whoever calls:

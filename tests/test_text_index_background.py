@@ -9,6 +9,7 @@ from __future__ import annotations
 import imaplib
 import json
 import random
+import threading
 import time
 
 import pytest
@@ -316,3 +317,54 @@ def test_embedded_groups_queue_on_the_process_lock_and_always_release_it(tmp_pat
     assert 0.1 < waited < 1.5
     assert table.row(b"r") == {b"f:x": b"2", b"f:y": b"1", b"f:z": b"1"}
     backend.close()
+
+
+def test_thrift2_appends_queue_their_messages(hbase_store):
+    """Over Thrift2 an append counts with its UID (decision 0029) and so makes no counting
+    call for the queue cell to ride in: it is written beside the commit instead.  Before,
+    no APPEND over Thrift2 was ever queued, so the background indexer never indexed one and
+    every SEARCH of a text key (RFC 3501 6.4.4) scanned every message for good."""
+    store = MailStore(hbase_store.backend("thrift2"), text_index="background")
+    try:
+        store.create_user("hal", "pw", default_folders=False)
+        for n in range(3):
+            store.append("hal", "INBOX", message(n, body=b"plain words %d\r\n" % n))
+        store.append("hal", "INBOX", message(3, body=b"the zebrafish needle\r\n"))
+        box = store.mailbox("hal", "INBOX")
+        assert store.text.queue.count() == 4
+        assert BackgroundIndexer(store).run_once() == 4
+        assert store.text.check(box.id, store.uids(box)) == ([], [])
+        assert _found(store, box, b"BODY", "zebrafish") == [4]
+    finally:
+        store.close()
+
+
+def test_stop_comes_after_the_batch_in_progress_not_the_pass(tmp_path, monkeypatch):
+    """A server's shutdown waits for the indexer thread (imapserver/services.py): ``stop``
+    lets the batch in progress finish and leaves the rest queued, even when one pass holds
+    many batches (a backlog).  Before, the thread went on to the end of the pass -- here 3 s,
+    after a backlog of deliveries minutes -- and a shutdown past ``stop``'s join timeout
+    closed the store under it.  What stays queued is scanned meanwhile (RFC 3501 6.4.4)."""
+    store = MailStore(EmbeddedBackend(str(tmp_path / "s")), text_index="background")
+    store.create_user("ann", "pw")
+    for n in range(60):
+        store.append("ann", "INBOX", message(n, body=b"words %d\r\n" % n))
+    started = threading.Event()
+    real = store.text.docs_of_view
+
+    def slow(view):
+        started.set()
+        time.sleep(0.05)
+        return real(view)
+    monkeypatch.setattr(store.text, "docs_of_view", slow)
+    indexer = BackgroundIndexer(store, batch=2, interval=0.01)
+    indexer.start()
+    try:
+        assert started.wait(10)
+    finally:
+        begun = time.monotonic()
+        indexer.stop()
+        took = time.monotonic() - begun
+    assert took < 1.0, f"stop took {took:.2f} s"
+    assert 0 < store.text.queue.count() < 60
+    store.close()
