@@ -18,6 +18,7 @@ from mailstore.backends import postings
 from mailstore.backends.embedded import EmbeddedBackend
 from mailstore.backends.embedded_fts import PHRASE_TRIGRAMS, lookup_query
 from mailstore.backends.postings import MAX_LOOKUP_TRIGRAMS, PostingIndex, needle_trigrams
+from mailstore.mime.searchtext import StreamMatcher
 from mailstore.store import MailStore
 from tests.imapproc import Client, ServerProcess, make_users
 from tests.test_text_index import ScanOnly, Watching, docs_texts, program
@@ -183,3 +184,28 @@ def test_imap_search_with_a_5000_octet_literal(tmp_path):
             assert lines[:-1] == [(b"* SEARCH " + expected).rstrip()], (key, lines[:-1])
         client.cmd("z", "LOGOUT")
         client.close()
+
+
+def test_stream_matcher_is_linear_however_the_text_is_cut():
+    """The scan's substring test (RFC 3501 6.4.4) over text arriving in pieces finds exactly
+    the needles the whole text holds (one run; none across a reset), and searches at most
+    about twice the text fed even when the needle (5,000 code points) is far longer than
+    the pieces -- it searched the needle's length again for every piece."""
+    rng = random.Random(45)
+    text = _natural(rng, 20000)
+    for needle in (text[7000:12000], "x" * 5000, text[100:110], text[-50:]):
+        for size in (1, 7, 4096, 30000):
+            matcher = StreamMatcher([needle, "#absent#"])
+            for i in range(0, len(text), size):
+                matcher.feed(text[i:i + size])
+            expected = {needle} if needle in text else set()
+            assert matcher.found == expected, (needle[:20], size)
+            assert matcher.searched <= 2 * len(text) + len(needle), size
+    matcher = StreamMatcher(["ab"])
+    matcher.feed("xa")
+    matcher.reset()
+    matcher.feed("bx")
+    assert matcher.found == set()
+    matcher.feed("xAB")  # the text in any case, the needles case-folded
+    assert not matcher.done or matcher.found == {"ab"}
+    assert matcher.found == {"ab"} and matcher.done
