@@ -13,8 +13,10 @@ This is the HBase backend's text index (any backend that does not override
 * ``mailbox UUID + b"\\x00"`` (sorts before every posting row) -> the markers,
   ``p:<4-byte UID>`` = ``b"1"`` indexed or ``b"0"`` not indexable.
 
-A match is the intersection of the needle's trigrams' rows: a superset of the messages that
-contain it (two trigrams may sit apart in the text), which the caller verifies.  Expunged
+A match is the intersection of the rows of a bounded, spread-out subset of the needle's
+distinct trigrams (:func:`needle_trigrams`): a superset of the messages that contain it (two
+trigrams may sit apart in the text, and the others are not looked at), which the caller
+verifies with the scan's substring test (RFC 3501 6.4.4).  Expunged
 UIDs lose their marker only: their postings linger, harmless (UIDs are never reused in a
 mailbox) until a rebuild drops and rewrites the mailbox's rows.
 """
@@ -39,6 +41,34 @@ def trigrams(text: str) -> set[str]:
     # background indexer's largest cost per message over HBase (profile, bench/RESULTS.md).
     grams = set(map(text.__getitem__, map(slice, range(len(text) - 2), range(3, len(text) + 1))))
     return {g for g in grams if TEXT_SEPARATOR not in g} if TEXT_SEPARATOR in text else grams
+
+
+MAX_LOOKUP_TRIGRAMS = 16
+"""Most trigrams a lookup of one needle reads.  A needle of N code points has N - 2 trigrams;
+reading (HBase: one posting row each) and intersecting them all only narrows a set that the
+exact substring test verifies anyway, and let a 5,000-character SEARCH string cost 5,000
+posting rows.  Sixteen spread over the needle narrow as well in practice."""
+
+
+def needle_trigrams(needle: str, limit: int = MAX_LOOKUP_TRIGRAMS) -> list[str]:
+    """The trigrams of ``needle`` a lookup intersects: its distinct trigrams (none holding
+    :data:`TEXT_SEPARATOR`), in order of first occurrence, and if there are more than
+    ``limit`` of them, ``limit`` taken evenly from first to last -- so that they cover the
+    whole needle (its two ends included).  Every message containing the needle contains
+    each of them.  Linear in the needle's length.
+
+    No attempt is made to prefer rare trigrams: neither engine knows a trigram's frequency
+    without reading its postings, which is the cost being bounded."""
+    grams = [g for g in dict.fromkeys(map(needle.__getitem__,
+                                          map(slice, range(len(needle) - 2),
+                                              range(3, len(needle) + 1))))
+             if TEXT_SEPARATOR not in g]
+    if len(grams) <= limit:
+        return grams
+    if limit == 1:
+        return grams[:1]
+    last = len(grams) - 1
+    return [grams[round(i * last / (limit - 1))] for i in range(limit)]
 
 
 def _cell(uid: int) -> bytes:
@@ -116,7 +146,10 @@ class PostingIndex(TextIndex):
         return {_uid(col): val == b"1" for col, val in row.items()}
 
     def match(self, mailbox_id: bytes, doc: str, needle: str) -> set[int]:
-        grams = trigrams(needle)
+        """The UIDs in the postings of every trigram :func:`needle_trigrams` picks: at most
+        :data:`MAX_LOOKUP_TRIGRAMS` posting rows read, however long the needle (RFC 3501
+        6.4.4's substring test, run by the caller on each, decides)."""
+        grams = needle_trigrams(needle)
         if not grams:
             raise ValueError("a needle shorter than 3 code points cannot be looked up")
         code = mailbox_id + _CODES[doc]
