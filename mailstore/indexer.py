@@ -41,7 +41,7 @@ import time
 from collections.abc import Callable, Iterable
 
 from .backends.base import Backend, encode_counter
-from .errors import MailStoreError
+from .errors import Expunged, MailStoreError
 from .schema import TEXT_QUEUE
 
 log = logging.getLogger(__name__)
@@ -194,6 +194,8 @@ class BackgroundIndexer:
                 # then waits for at most one message's extraction, not the whole batch's.
                 time.sleep(0)
                 entries[view.uid] = self.text.docs_of_view(view)
+            except Expunged:
+                continue  # expunged since it was listed: nothing to index, nothing to remove
             except MailStoreError:
                 raise  # the store is failing: the batch stays queued
             except Exception as exc:  # noqa: BLE001 - unreadable text: scanned for good

@@ -45,9 +45,12 @@ log = logging.getLogger(__name__)
 LAZY_BATCH = 500
 """Most messages one SEARCH indexes first with ``text_index = lazy`` (~0.5 ms each)."""
 
-MAX_INDEXED_TEXT = 8 * 1024 * 1024
+MAX_INDEXED_TEXT = 1024 * 1024
 """Most code points of decoded text indexed per message; a message with more is marked not
-indexable, and SEARCH scans it (as it scans every message without the index)."""
+indexable, and SEARCH scans it (as it scans every message without the index).  Bounds the
+indexer's memory: the text is held two or three times over while it is folded and written,
+and FTS5 builds the trigrams of a document in memory -- at 8 MiB a 24 MB text message grew
+the server by 40 MiB while the background indexer took it."""
 
 MODES = ("background", "yes", "lazy", "no")
 """``[store] text_index``'s values (see :class:`TextSearch`)."""
@@ -140,7 +143,13 @@ def message_docs(header: bytes | None, body: dict | None, header_size: int, size
             else:
                 reader = reader or open_reader()
                 decoder = PartDecoder(encoding, charset)
-                out = [decoder.feed(data).casefold() for data in pieces(reader, start, end)]
+                out: list[str] = []
+                held = 0
+                for data in pieces(reader, start, end):
+                    out.append(decoder.feed(data).casefold())
+                    held += len(out[-1])
+                    if total + held > MAX_INDEXED_TEXT:  # checked as it comes, not at the end
+                        raise _TooMuch
                 out.append(decoder.feed(b"", final=True).casefold())
                 text = "".join(out)
                 bodies.append(text)

@@ -220,3 +220,38 @@ def test_lazy_mode_indexes_at_search_time(backend, monkeypatch):
                                                                 uids)
         assert store.text.check(box.id, uids)[0] == uids[:12 - covered]  # the newest first
     differential(store, box, rng, texts, 40)
+
+
+class _CountingReader(_BytesReader):
+    read_octets = 0
+
+    def read(self, size: int) -> bytes:
+        data = super().read(size)
+        _CountingReader.read_octets += len(data)
+        return data
+
+
+@pytest.mark.parametrize("extra", [-1024, 1024])
+def test_text_over_the_limit_is_not_indexed_and_not_read_past_it(extra):
+    """RFC 3501 6.4.4 answers stay the scan's either way; what the limit bounds is the
+    indexer's memory.  Decoded text just under MAX_INDEXED_TEXT is indexed whole; just over
+    it, the message is recorded as not indexable (None), and the reading stops a piece past
+    the limit -- not at the end of a 24 MB part, as it did."""
+    from mailstore import textindex
+    line = b"abcdefghij" * 7 + b"\r\n"
+    body = (line * (textindex.MAX_INDEXED_TEXT // len(line) + 2))[
+        :textindex.MAX_INDEXED_TEXT + extra - 200]
+    data = b"Subject: big\r\n\r\n" + body + b"\r\nend\r\n" + line * 300_000
+    small = b"Subject: big\r\n\r\n" + body
+    info = parse_bytes(small).to_json()
+    docs = message_docs(small[:info["header_size"]], info.get("body"), info["header_size"],
+                        len(small), lambda: _BytesReader(small))
+    if extra < 0:
+        assert docs is not None and len(docs["body"]) > textindex.MAX_INDEXED_TEXT - 2048
+    else:
+        assert docs is None
+    info = parse_bytes(data).to_json()
+    _CountingReader.read_octets = 0
+    assert message_docs(data[:info["header_size"]], info.get("body"), info["header_size"],
+                        len(data), lambda: _CountingReader(data)) is None
+    assert _CountingReader.read_octets < textindex.MAX_INDEXED_TEXT + 4 * 65536 < len(data) // 2

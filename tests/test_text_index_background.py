@@ -122,6 +122,31 @@ def test_expunge_removes_entries_even_racing_with_the_batch(backend, monkeypatch
     assert _found(store, box, b"BODY", "NEEDLE") == uids[4:]
 
 
+def test_content_released_under_the_batch_skips_that_message_only(backend, monkeypatch):
+    """A message expunged by another session after the batch listed it, whose content is
+    already released (no grace: ``Expunged``, RFC 3501 6.4.3), is skipped: the pass goes on
+    with the others and its queue is drained (it failed whole, and was retried forever)."""
+    from mailstore.errors import Expunged
+    store = MailStore(backend, text_index="background")
+    user = store.create_user("dee", "pw")
+    for n in range(4):
+        store.append(user, "INBOX", message(n, body=b"needle words\r\n"))
+    box = store.mailbox(user, "INBOX")
+    uids = store.uids(box)
+    real = store.text.docs_of_view
+
+    def released(view):
+        if view.uid == uids[1]:
+            store.expunge(box, [uids[1]])
+            raise Expunged("message expunged meanwhile: its content was released")
+        return real(view)
+    monkeypatch.setattr(store.text, "docs_of_view", released)
+    assert BackgroundIndexer(store).run_once() == 3
+    assert store.text.queue.count() == 0
+    assert store.text.index.markers(box.id) == {uid: True for uid in uids if uid != uids[1]}
+    assert _found(store, box, b"BODY", "NEEDLE") == [uid for uid in uids if uid != uids[1]]
+
+
 @pytest.mark.parametrize("death", ["index-write", "queue-delete"])
 def test_crash_between_append_and_indexing(backend, death):
     """A process that dies after acknowledging APPENDs and before, or while, indexing them:
