@@ -488,7 +488,7 @@ sslcacertfile = {cafile}
 # failure fails the test at once.  tests/test_imap_security.py checks the server in the same
 # situation (a command right behind the TLS Finished) deterministically.
 OFFLINEIMAP_ATTEMPTS = 4
-OFFLINEIMAP_TIMEOUT = 40  # seconds per attempt; a normal sync takes a few
+OFFLINEIMAP_TIMEOUT = 20  # seconds per attempt; a normal sync takes 3 (7 on a loaded machine)
 STACK_DUMP_AFTER = OFFLINEIMAP_TIMEOUT - 5
 # Runs offlineimap under faulthandler, so that a hung client prints every thread's stack; as
 # a script run directly would, with its (real) directory first on the path.
