@@ -18,8 +18,9 @@ What is checked (docs/decisions/0004-counters-and-fsck.md):
   (docs/decisions/0018-acl.md);
 * the text index (docs/decisions/0026): messages without a marker (stored before the index,
   or whose indexing failed or died with its process: SEARCH scans them) are counted and
-  indexed by ``--repair``; markers of messages no longer there are counted and removed.  Not
-  problems: derived data a crash may leave behind, never needed for a right answer.
+  indexed by ``--repair``, which deletes their queue cells (``background``); markers of
+  messages no longer there are counted and removed.  Not problems: derived data a crash
+  may leave behind, never needed for a right answer.
 * Sieve scripts (``JAMES_SIEVE_SCRIPTS``, decision 0023): each directory names text cells
   that exist and an active script that exists, text cells no directory names, rows of
   users that are gone; Sieve tracking (``JAMES_SIEVE_TRACKING``, decision 0025): rows of

@@ -250,6 +250,16 @@ class TextSearch:
         except Exception as exc:  # noqa: BLE001 - derived data
             log.warning("text index: copied messages not queued: %s", exc)
 
+    def _dequeue(self, mailbox_id: bytes, uids: list[int]) -> None:
+        """``background``: forget the queue cells of messages indexed otherwise than by the
+        indexer (never raises: a cell left is indexed again by the indexer, harmlessly)."""
+        if self.queue is None or not uids:
+            return
+        try:
+            self.queue.done(mailbox_id, uids)
+        except Exception as exc:  # noqa: BLE001 - derived data
+            log.warning("text index: indexed messages left queued: %s", exc)
+
     def drop(self, mailbox_id: bytes) -> None:
         if self.index is None:
             return
@@ -318,16 +328,22 @@ class TextSearch:
                        batch: int = 200) -> int:
         """Index the messages ``uids`` (read back from the store, ``batch`` at a time); return
         how many got a marker.  ``sync`` (the backend's) runs after each batch, so what a
-        long rebuild did survives its interruption; ``progress`` gets the count done."""
+        long rebuild did survives its interruption; ``progress`` gets the count done.
+
+        ``background``: the queue cells of the messages marked are deleted after each batch
+        (after ``sync``: a cell outlives its entry, never the reverse), so the indexer does
+        not index them again -- which over HBase would add their posting cells again."""
         from .messages import BODY, HEADER, SUMMARY
         done = 0
         for start in range(0, len(uids), batch):
             views = self.messages.get(mailbox_id, uids[start:start + batch],
                                       [*SUMMARY, HEADER, BODY])
-            for view in views:
-                done += self.add(mailbox_id, view.uid, lambda v=view: self.docs_of_view(v))
+            marked = [view.uid for view in views
+                      if self.add(mailbox_id, view.uid, lambda v=view: self.docs_of_view(v))]
+            done += len(marked)
             if sync is not None:
                 sync()
+            self._dequeue(mailbox_id, marked)
             if progress is not None:
                 progress(min(start + batch, len(uids)))
         return done
