@@ -9,8 +9,9 @@ messages pays once.  So, as Dovecot's ``fts_autoindex`` hands indexing to its in
   ``q:<UID>`` in the mailbox's row of ``JAMES_TEXT_QUEUE``, added to the increments the
   append already makes in one call to count the message (Messages._count), so it costs no
   extra round trip and is durable before the message is committed.  A copy or move queues
-  its new UIDs right after (a crash in between leaves them unqueued: scanned, and counted
-  by fsck, whose ``--repair`` indexes them).
+  its new UIDs right after; one cut by a crash queues them when it is rolled forward
+  (``Transfers.recovered_copies``).  A crash after its intent ended and before the queueing
+  leaves them unqueued: scanned, and counted by fsck, whose ``--repair`` indexes them.
 * :class:`BackgroundIndexer` (a thread of the server process; ``mailadmin index run`` for a
   store no server serves) reads the queue, indexes each mailbox's messages in batches --
   the text extracted outside any transaction, then one :meth:`TextIndex.put_many` -- and

@@ -143,6 +143,8 @@ class MailStore:
         queue = TextQueue(backend) if mode == "background" else None
         self.text = TextSearch(backend.text_index() if mode != "no" else None, self.messages,
                                mode=mode, grouped=backend.grouped, queue=queue)
+        # A COPY or MOVE cut by a crash and rolled forward hands its copies to the index too.
+        self.transfers.recovered_copies = self._index_copies
         if self.text.queue is not None:
             # Each append's counting call queues its message for the background indexer
             # (mailstore/indexer.py): no write of its own, durable before the message is.
@@ -898,7 +900,7 @@ class MailStore:
         self.check_quota(target.owner, sum(v.record.size for v in views), len(views))
         pairs = self.transfers.copy(source, uids, target)
         self._drop_unpermitted_flags(target, [new for _old, new in pairs], rights)
-        self._index_copies(target, pairs)
+        self._index_copies(target, [new for _old, new in pairs])
         return pairs
 
     def _drop_unpermitted_flags(self, target: Mailbox, uids: list[int],
@@ -928,19 +930,20 @@ class MailStore:
             self.check_quota(target.owner, sum(v.record.size for v in views), len(views))
         pairs = self.transfers.move(source, uids, target)
         self._drop_unpermitted_flags(target, [new for _old, new in pairs], rights)
-        self._index_copies(target, pairs)
+        self._index_copies(target, [new for _old, new in pairs])
         self.text.forget(source.id, [old for old, _new in pairs])
         return pairs
 
-    def _index_copies(self, target: Mailbox, pairs: list[tuple[int, int]]) -> None:
-        """Index the messages a COPY or MOVE gave ``target`` (read back from their content:
-        the same octets give the same documents), or queue them for the background indexer."""
-        self.text.queue_copies(target.id, [new for _old, new in pairs])
-        if not self.text.at_append or not pairs:
+    def _index_copies(self, target: Mailbox, uids: list[int]) -> None:
+        """Index the messages ``uids`` a COPY or MOVE (or its roll forward) gave ``target``
+        (read back from their content: the same octets give the same documents), or queue
+        them for the background indexer.  Never raises; UIDs without a message are passed
+        over."""
+        self.text.queue_copies(target.id, uids)
+        if not self.text.at_append or not uids:
             return
         try:
-            views = self.messages.get(target.id, [new for _old, new in pairs],
-                                      [*SUMMARY, HEADER, BODY])
+            views = self.messages.get(target.id, uids, [*SUMMARY, HEADER, BODY])
         except Exception:  # noqa: BLE001 - left unindexed: scanned, and fsck reports them
             return
         for view in views:

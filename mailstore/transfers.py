@@ -91,6 +91,10 @@ class Transfers:
         self.clock = clock
         self.intent_timeout = intent_timeout
         self.changes = changes if changes is not None else ChangeLog(backend, clock)
+        self.recovered_copies: Callable[[Mailbox, list[int]], None] | None = None
+        """Called with the target and the target UIDs of each copy or move a roll forward
+        finishes (some may be given up or gone since): the store hands them to the text
+        index as after an uncut COPY or MOVE.  Must not raise."""
 
     # -- intents --------------------------------------------------------------------------------
 
@@ -440,10 +444,12 @@ class Transfers:
                 continue  # leased by another session meanwhile
             rows: set[bytes] = {mailbox_id}
             contents: set[bytes] = set()
+            copied_to: Mailbox | None = None
             if source is not None and op["op"] == "flags":
                 self._recover_flags(source, key, op)
             elif source is not None and op["op"] == "copy":
                 contents = self._recover_copy(source, key, op)
+                copied_to = source   # a copy's intent is its target's
             elif source is not None:
                 uids = op["uids"] if op["op"] == "expunge" else [p[0] for p in op["pairs"]]
                 with self.changes.recording(mailbox_id, uids, also={MODSEQ: 1}):
@@ -451,7 +457,14 @@ class Transfers:
                         contents = self._recover_expunge(source, key, op["uids"])
                     elif op["op"] == "move":
                         rows.add(bytes.fromhex(op["target"]))
-                        self._recover_move(source, key, op)
+                        copied_to = self._recover_move(source, key, op)
+            if copied_to is not None and self.recovered_copies is not None:
+                # Before the intent ends: a crash here rolls forward (and hands over) again.
+                # Every target UID of the intent (renamed ones as renamed): a copy written
+                # before the crash was not handed over either, its COPY or MOVE having died
+                # before it got there; a UID given up has no message, which the text index
+                # passes over (the indexer drops its queue cell).
+                self.recovered_copies(copied_to, [p[1] for p in op["pairs"]])
             self._end(key, rows, contents, [f"gave-up-{p[1]}" for p in op["pairs"]]
                       if op["op"] == "copy" else ())
             done += 1
@@ -476,7 +489,9 @@ class Transfers:
         self._remove(mailbox, intent, claimed, counted=counted)
         return {v.record.content for v in claimed}
 
-    def _recover_move(self, source: Mailbox, intent: bytes, op: dict) -> None:
+    def _recover_move(self, source: Mailbox, intent: bytes, op: dict) -> Mailbox | None:
+        """Finish a move, or undo it when its target is gone; return the target the copies
+        are in (None when undone)."""
         target = self.boxes.load(bytes.fromhex(op["target"]))
         table = self.messages.table
         source_step = step_column(b"c", intent, SOURCE_STEP)
@@ -493,10 +508,10 @@ class Transfers:
                 self._delete_sources(source, intent, [_view(k, r[STATE], r)
                                                       for k, r in claimed_rows.items()],
                                      counted=True)
-            else:
-                for key, row in claimed_rows.items():
-                    table.check_and_put(key, STATE, row[STATE], STATE, unclaimed(row[STATE]))
-            return
+                return target
+            for key, row in claimed_rows.items():
+                table.check_and_put(key, STATE, row[STATE], STATE, unclaimed(row[STATE]))
+            return None
         target_step = step_column(b"c", intent, TARGET_STEP)
         target_counted = bool(self.boxes.steps_done(target.id, [target_step]))
         # Read before the target rows: a target UID at or below it was settled (committed or
@@ -548,6 +563,7 @@ class Transfers:
         top = max((uid for _, uid in moved), default=0)
         self.messages.advance(target.id, max(top, *(d for _, d in op["pairs"])))
         self._delete_sources(source, intent, [v for v, _ in moved])
+        return target
 
 
 def _ours(raw: bytes | None, state: bytes, intent: bytes) -> bool:

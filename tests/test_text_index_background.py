@@ -21,7 +21,7 @@ from mailstore.indexer import BackgroundIndexer, TextQueue
 from mailstore.store import MailStore
 from tests import textgen
 from tests.admincli import run
-from tests.crashing import Crash, DieAt, DyingBackend
+from tests.crashing import Clock, Crash, DieAt, DyingBackend
 from tests.imapproc import ServerProcess, make_users
 from tests.mailgen import message
 from tests.test_text_index import ScanOnly, differential, docs_texts, program
@@ -196,6 +196,49 @@ def test_fsck_repair_indexes_queued_messages(backend):
     assert BackgroundIndexer(store).run_once() == 0  # nothing indexed twice
     assert _found(store, box, b"BODY", "zebrafish 1") == [store.uids(box)[1]]
     assert "unindexed messages" not in Fsck(store).run().checked
+
+
+@pytest.mark.parametrize("mode", ["background", "yes"])
+@pytest.mark.parametrize("cut", ["first-copy", "intent-end"])
+@pytest.mark.parametrize("op", ["copy", "move"])
+def test_rolled_forward_copy_or_move_indexes_its_copies(backend, op, cut, mode):
+    """A COPY or MOVE cut by a crash and rolled forward when its mailbox is next opened
+    (RFC 3501 6.4.7, RFC 6851; decision 0003) gives its copies in the target to the text
+    index as an uncut one does: queued for the indexer (``background``) or indexed at once
+    (``yes``).  Cut at the first copy written (the roll forward writes them) or at the
+    intent's deletion (all written, none queued yet).  Before, they stayed unindexed --
+    scanned by every SEARCH (RFC 3501 6.4.4) -- until ``fsck --repair``."""
+    clock = Clock()
+
+    def open_store(on, **kwargs):
+        return MailStore(on, clock=clock.time, sleep=clock.sleep, intent_timeout=30.0,
+                         text_index=mode, **kwargs)
+    store = open_store(backend)
+    user = store.create_user("fay", "pw")
+    store.create_mailbox(user, "Work")
+    for n in range(3):
+        store.append(user, "INBOX", message(n, body=b"the zebrafish %d\r\n" % n))
+    if mode == "background":
+        assert BackgroundIndexer(store).run_once() == 3   # the sources: queue empty
+    when = {"first-copy": lambda table, method, args: table == "JAMES_MESSAGES"
+            and method in ("put", "put_then_check_and_put"),
+            "intent-end": lambda table, method, args: table == "JAMES_INTENTS"
+            and method in ("retire", "delete")}[cut]
+    dying = open_store(DyingBackend(backend, DieAt(when)), create_tables=False)
+    with pytest.raises(Crash):
+        getattr(dying, op)(dying.mailbox(user, "INBOX"), [1, 2, 3],
+                           dying.mailbox(user, "Work"))
+    clock.sleep(31)    # past the intent timeout
+    after = open_store(backend, create_tables=False)
+    after.mailbox(user, "INBOX")   # rolls a move forward (its intent is the source's)
+    work = after.mailbox(user, "Work")   # and a copy (the target's)
+    copies = after.uids(work)
+    assert len(copies) == 3
+    if mode == "background":
+        assert after.text.queue.count() == 3
+        assert BackgroundIndexer(after).run_once() == 3
+    assert after.text.check(work.id, copies) == ([], [])
+    assert _found(after, work, b"BODY", "zebrafish 1") == [copies[1]]
 
 
 def test_pending_goes_round_the_queue(tmp_path):
