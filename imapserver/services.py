@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 
-from twisted.internet import defer
+from twisted.internet import defer, threads
 
 
 def start_services(store, cfg, reactor, loop, announce) -> list:
@@ -25,7 +25,7 @@ def start_services(store, cfg, reactor, loop, announce) -> list:
 
     services: list = []
     try:
-        services += start_indexer(store)
+        services += start_indexer(store, reactor)
         services += imap.start(store, cfg, reactor, loop, announce)
         services += delivery.start(store, cfg, reactor, loop, announce)
         services += managesieve.start(store, cfg, reactor, loop, announce)
@@ -43,16 +43,24 @@ class _IndexerService:
 
     name = "text-indexer"
 
-    def __init__(self, indexer):
+    def __init__(self, indexer, reactor):
         self.indexer = indexer
+        self.reactor = reactor
 
-    def stop(self) -> None:
-        self.indexer.stop()  # after the batch in progress: a fraction of a second
+    def stop(self) -> defer.Deferred:
+        """Stop after the batch in progress, waited for in a thread of the reactor's pool:
+        a batch takes a fraction of a second, but up to HBase's call timeout while HBase is
+        down, and the reactor meanwhile says BYE to the sessions and answers their commands
+        in progress.  (``deferToThread`` on the reactor this service was started with.)"""
+        return threads.deferToThreadPool(self.reactor, self.reactor.getThreadPool(),
+                                         self.indexer.stop)
 
-    abort = stop
+    def abort(self) -> None:
+        """Stop at once, synchronously: start-up failed and the reactor will not run."""
+        self.indexer.stop()
 
 
-def start_indexer(store) -> list:
+def start_indexer(store, reactor) -> list:
     """With ``text_index = background``, index the queue in a thread of this process -- of
     one process only among a supervisor's workers (worker 1, restarted if it dies): two
     would index the same messages twice.  Nothing else needs it to run: SEARCH scans what
@@ -64,7 +72,7 @@ def start_indexer(store) -> list:
         return []
     indexer = BackgroundIndexer(store)
     indexer.start()
-    return [_IndexerService(indexer)]
+    return [_IndexerService(indexer, reactor)]
 
 
 INHERITED: dict[str, int] | None = None
