@@ -158,15 +158,7 @@ class HBase2Table(HBaseTable):
         elif columns:
             self.mutate_rows([Mutation(row, deletes=columns)])
 
-    def mutate_rows(self, mutations: Sequence[Mutation]) -> None:
-        self._mutate(mutations, settle=True)
-
-    def retire(self, mutations: Sequence[Mutation]) -> None:
-        # As Thrift1's (hbase.py): deletes of cells never written again need no settle wait.
-        if any(m.puts for m in mutations):
-            raise ValueError("retire takes deletes only")
-        self._mutate(mutations, settle=False)
-
+    # mutate_rows and retire are HBaseTable's: they call this with settle True and False.
     def _mutate(self, mutations: Sequence[Mutation], settle: bool) -> None:
         changes: dict[bytes, _RowChange] = {}
         for m in mutations:
