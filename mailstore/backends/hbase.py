@@ -377,6 +377,23 @@ class HBaseBackend(Backend):
     def __init__(self, host: str = "localhost", port: int = 9090, transport: str = "buffered",
                  protocol: str = "binary", table_prefix: str | None = "", pool_size: int = 10,
                  timeout_ms: int | None = 10000, **_ignored: object):
+        self._setup(host, port, transport, protocol, table_prefix, pool_size, timeout_ms)
+        try:
+            # The pool connects its first connection now, so that a wrong address is reported
+            # at start-up rather than at the first mail.
+            self._pool = happybase.ConnectionPool(
+                size=int(pool_size), host=host, port=int(port), transport=transport,
+                protocol=protocol, table_prefix=self._prefix,
+                timeout=int(timeout_ms) if timeout_ms else None)
+        except (TException, OSError) as exc:
+            raise BackendUnavailable(
+                f"cannot reach the HBase Thrift server at {self.address}: {_message(exc)}"
+            ) from exc
+
+    def _setup(self, host: str, port: int, transport: str, protocol: str,
+               table_prefix: str | None, pool_size: int, timeout_ms: int | None) -> None:
+        """What both Thrift APIs' backends hold besides their connection pool (hbase_thrift2
+        calls it too)."""
         if transport not in _TRANSPORTS:
             raise ValueError(f"transport must be one of {', '.join(_TRANSPORTS)}")
         if protocol not in _PROTOCOLS:
@@ -395,17 +412,6 @@ class HBaseBackend(Backend):
         self._executor: ThreadPoolExecutor | None = None
         self._executor_lock = threading.Lock()
         self._in_worker = threading.local()
-        try:
-            # The pool connects its first connection now, so that a wrong address is reported
-            # at start-up rather than at the first mail.
-            self._pool = happybase.ConnectionPool(
-                size=int(pool_size), host=host, port=int(port), transport=transport,
-                protocol=protocol, table_prefix=self._prefix,
-                timeout=int(timeout_ms) if timeout_ms else None)
-        except (TException, OSError) as exc:
-            raise BackendUnavailable(
-                f"cannot reach the HBase Thrift server at {self.address}: {_message(exc)}"
-            ) from exc
 
     # -- plumbing ---------------------------------------------------------------------------
 

@@ -39,8 +39,6 @@ import queue
 import re
 import select
 import socket
-import threading
-from collections import Counter
 from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any, TypeVar
 
@@ -333,21 +331,7 @@ class HBase2Backend(HBaseBackend):
     def __init__(self, host: str = "localhost", port: int = 9090, transport: str = "buffered",
                  protocol: str = "binary", table_prefix: str | None = "", pool_size: int = 10,
                  timeout_ms: int | None = 10000, **_ignored: object):
-        if transport not in _TRANSPORTS:
-            raise ValueError(f"transport must be one of {', '.join(_TRANSPORTS)}")
-        if protocol not in _PROTOCOLS:
-            raise ValueError(f"protocol must be one of {', '.join(_PROTOCOLS)}")
-        self.address = f"{host}:{port}"
-        self._prefix = table_prefix or None
-        self._family_cache: dict[str, list[bytes]] = {}
-        self._closed = False
-        self._wait = int(timeout_ms) / 1000 if timeout_ms else None
-        self._calls: Counter[str] = Counter()
-        self._calls_lock = threading.Lock()
-        self._workers = int(pool_size) - 1
-        self._executor = None
-        self._executor_lock = threading.Lock()
-        self._in_worker = threading.local()
+        self._setup(host, port, transport, protocol, table_prefix, pool_size, timeout_ms)
         self._idle: queue.LifoQueue[_Connection] = queue.LifoQueue()
         for _ in range(int(pool_size)):
             self._idle.put(_Connection(host, int(port), int(timeout_ms) if timeout_ms else None,
